@@ -1,0 +1,80 @@
+// CPU kernels used by the forward pass. Kernels take plain pointers and
+// shapes and know nothing of models, requests or KV pages. Every kernel has a
+// scalar reference (suffix _ref) that tests use as the oracle.
+//
+// Row-major throughout: a "[a, b]" array has b contiguous.
+#pragma once
+
+#include <cstdint>
+
+#include "sieve/core/thread_pool.h"
+#include "sieve/quant/types.h"
+
+namespace sieve::cpu {
+
+// A weight matrix as stored in GGUF: n_rows rows (output features), each of
+// n_cols elements encoded as `type`; row r starts at data + r * row_bytes.
+struct WeightView {
+    GgmlType type = GgmlType::F32;
+    int64_t n_rows = 0;
+    int64_t n_cols = 0;
+    int64_t row_bytes = 0;
+    const void *data = nullptr;
+};
+
+// y[t, r] = sum_c W[r, c] * x[t, c]  for t < n_tokens, r < n_rows.
+// x: [n_tokens, n_cols] f32; y: [n_tokens, n_rows] f32 (overwritten).
+// Uses every thread of the pool; reads each weight tile once per token tile.
+// Does not allocate after the first call with a given shape (scratch is kept
+// per thread inside the kernel module).
+void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool);
+// Scalar oracle: dequantize each row, accumulate in double.
+void matmul_ref(const WeightView &w, const float *x, int64_t n_tokens, float *y);
+
+// Row i of an embedding table, dequantized: out[n_cols].
+void get_row(const WeightView &w, int64_t row, float *out);
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight;  x, y: [n_tokens, dim] (may alias).
+void rmsnorm(const float *x, const float *weight, float *y, int64_t n_tokens, int64_t dim, float eps);
+
+// Rotates x: [n_tokens, n_heads, head_dim] in place; token t at position pos[t].
+// inv_freq: [head_dim / 2] angular frequencies (base^(-2i/d), already scaled).
+// neox = false rotates pairs (2i, 2i+1); neox = true rotates (i, i + head_dim/2).
+void rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+          const float *inv_freq, bool neox);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float *gate, const float *up, int64_t n);
+
+// Attention of one sequence over its KV, causal, GQA.
+//
+//   queries q[i] (i < n_q) sit at positions q_pos0 + i and see keys 0 ..= q_pos0 + i
+//   n_kv >= q_pos0 + n_q: keys [0, n_kv) are in the lanes
+//
+// K and V come per KV head as a contiguous lane [n_kv, head_dim] (the KV store
+// gives one pointer per (layer, kv head)); query head h reads KV head
+// h / (n_head / n_head_kv) without copying.
+struct AttnArgs {
+    const float *q = nullptr;          // [n_q, n_head, head_dim]
+    const float *const *k = nullptr;   // n_head_kv pointers, each [n_kv, head_dim]
+    const float *const *v = nullptr;   // n_head_kv pointers, each [n_kv, head_dim]
+    float *o = nullptr;                // [n_q, n_head, head_dim]
+    float *lse = nullptr;              // optional [n_head, n_q]: log-sum-exp of scaled scores per row
+    int64_t n_q = 0;
+    int64_t n_kv = 0;
+    int64_t q_pos0 = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    float scale = 0.0f;                // usually 1 / sqrt(head_dim)
+};
+
+// Tiled online-softmax (FlashAttention-2 style) over query and key tiles.
+void attention_prefill(const AttnArgs &a, ThreadPool &pool);
+// n_q == 1 fast path split along the keys across threads (flash-decoding),
+// so one long sequence still uses every core.
+void attention_decode(const AttnArgs &a, ThreadPool &pool);
+// Scalar oracle (double accumulation) for both.
+void attention_ref(const AttnArgs &a);
+
+}  // namespace sieve::cpu
