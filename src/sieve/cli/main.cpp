@@ -1,7 +1,37 @@
+// sieve: one binary, one subcommand per job (see docs/architecture.md).
 #include <cstdio>
 #include <cstring>
 
+#include "sieve/cli/commands.h"
+
+namespace {
+
+void print_usage(FILE *out) {
+    std::fprintf(out,
+                 "usage: sieve <command> [options]\n"
+                 "\n"
+                 "commands:\n"
+                 "  run    generate text from a prompt, or chat with -i (like llama-cli)\n"
+                 "  info   show a GGUF file's metadata, tensors and memory estimate\n"
+                 "\n"
+                 "`sieve <command> --help` lists a command's options.\n");
+}
+
+}  // namespace
+
 int main(int argc, char **argv) {
-    std::fprintf(stderr, "usage: sieve <run|info> ...\n");
-    return argc > 1 && std::strcmp(argv[1], "--help") == 0 ? 0 : 1;
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (std::strcmp(cmd, "run") == 0) return sieve::cli::cmd_run(argc - 1, argv + 1);
+    if (std::strcmp(cmd, "info") == 0) return sieve::cli::cmd_info(argc - 1, argv + 1);
+    if (std::strcmp(cmd, "--help") == 0 || std::strcmp(cmd, "-h") == 0 || std::strcmp(cmd, "help") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    std::fprintf(stderr, "sieve: unknown command '%s'\n\n", cmd);
+    print_usage(stderr);
+    return 2;
 }

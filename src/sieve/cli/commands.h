@@ -1,0 +1,9 @@
+// Subcommands of the `sieve` binary; each parses its own flags.
+#pragma once
+
+namespace sieve::cli {
+
+int cmd_run(int argc, char **argv);   // sieve run: generate text (llama-cli's flags)
+int cmd_info(int argc, char **argv);  // sieve info FILE: metadata, tensors, memory estimate
+
+}  // namespace sieve::cli
