@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sieve/core/status.h"
@@ -45,6 +46,10 @@ const char *gguf_type_name(GgufType t);
 
 constexpr int k_gguf_max_dims = 4;
 constexpr uint32_t k_gguf_default_alignment = 32;
+// Largest general.alignment accepted; real files use 32 (a few use 64).
+constexpr uint32_t k_gguf_max_alignment = 1u << 20;
+// Arrays of arrays nest at most this deep; a deeper file is rejected.
+constexpr int k_gguf_max_array_depth = 8;
 
 // One metadata value. Scalars are widened into the fields below; strings and
 // arrays point into the mapped file (valid while the GgufFile lives).
@@ -55,6 +60,8 @@ struct GgufValue {
     double f = 0.0;   // FLOAT32 / FLOAT64
     std::string_view str;  // STRING
     // ARRAY: element type, count, and where the elements start in the file.
+    // For arrays of arrays arr_data points at the first nested array's header;
+    // nested arrays are validated but not decoded.
     GgufType arr_type = GgufType::UINT8;
     uint64_t arr_n = 0;
     const uint8_t *arr_data = nullptr;         // numeric elements, packed little-endian
@@ -128,6 +135,8 @@ private:
     uint64_t data_offset_ = 0;
     std::vector<GgufKV> kvs_;
     std::vector<GgufTensor> tensors_;
+    std::unordered_map<std::string_view, size_t> kv_index_;      // key -> index in kvs_
+    std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> index in tensors_
 };
 
 // Writes GGUF v3 files. Used by tests and tools to make models and broken
@@ -154,6 +163,8 @@ public:
     void add_raw(const std::string &key, GgufType type, const std::vector<uint8_t> &value_bytes);
 
     // data holds the tensor in its on-disk encoding; ne[0] is the row length.
+    // Written as given, unchecked, so tests can make broken files (wrong
+    // sizes, 0 or 5 dims); the reader is the one that validates.
     void add_tensor(const std::string &name, GgmlType type, const std::vector<int64_t> &ne,
                     const void *data, size_t n_bytes);
 
