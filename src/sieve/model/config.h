@@ -22,12 +22,20 @@ enum class RopeType { normal, neox };
 // llama3-style frequency scaling ("rope.scaling.type" = "llama3" or the
 // presence of rope_freqs, Llama 3.1+): low frequencies are divided by factor,
 // high ones kept, a smooth ramp between.
+//
+// Three ways a file asks for scaled RoPE (at most one applies):
+//   - a `rope_freqs.weight` tensor (Llama 3.1+ converters bake llama3 scaling
+//     into it): has_freq_factors, divide frequency i by rope_freqs[i];
+//   - "rope.scaling.type" = "linear": positions are divided by linear_factor;
+//   - "rope.scaling.type" = "llama3" without the tensor: llama3 below.
 struct RopeScaling {
     bool llama3 = false;
     float factor = 1.0f;
     float low_freq_factor = 1.0f;
     float high_freq_factor = 4.0f;
     int64_t original_ctx = 8192;
+    bool has_freq_factors = false;  // rope_freqs.weight: F32 [head_dim / 2]
+    float linear_factor = 1.0f;     // "linear": theta = (pos / linear_factor) * freq
 };
 
 struct ModelConfig {
