@@ -1,0 +1,169 @@
+// matmul: y[t, r] = sum_c W[r, c] x[t, c], threaded over (row tile, token tile).
+//
+//   1. The rows are cut into tiles of k_row_tile; the tokens into tiles of
+//      k_tok_tile. One task = one (row tile, token tile); the pool hands tasks
+//      out dynamically, so both cores stay busy whatever the shape.
+//   2. A task decodes its weight rows once into per-thread scratch and
+//      multiplies them with every token of its token tile (prefill is matrix
+//      x matrix, not token by token).
+//   3. Two decodings: the 32-element block types go to q8 rows and an integer
+//      dot against activations quantized to 8 bits (matmul_q8.h); everything
+//      else (F16, BF16, K-quants) is dequantized to f32 and dotted in f32.
+//      F32 weights are used in place.
+//
+// Every output element is computed by one task in a fixed order, so results
+// do not depend on the number of threads.
+#include <algorithm>
+#include <cstring>
+
+#include "sieve/kernels/cpu/intrin.h"
+
+#include "sieve/core/aligned.h"
+#include "sieve/core/fp16.h"
+#include "sieve/core/status.h"
+#include "sieve/kernels/cpu/matmul_q8.h"
+#include "sieve/kernels/cpu/ops.h"
+#include "sieve/kernels/cpu/simd.h"
+#include "sieve/quant/dequant.h"
+
+namespace sieve::cpu {
+
+namespace {
+
+constexpr int64_t k_row_tile = 16;
+constexpr int64_t k_tok_tile = 64;
+
+// Scratch lives in thread_local storage: the pool's threads are persistent, so
+// each keeps its buffers across calls (no allocation once the largest shape
+// has been seen), and no caller has to thread a scratch object through every
+// layer of the forward pass. Buffers only grow.
+struct Scratch {
+    AlignedBuffer<uint8_t> act;   // calling thread only: quantized activations for all tokens
+    AlignedBuffer<uint8_t> tile;  // per thread: decoded weight rows
+};
+Scratch &scratch() {
+    static thread_local Scratch s;
+    return s;
+}
+template <class T>
+T *grow(AlignedBuffer<T> &b, size_t n) {
+    if (b.size() < n) b.resize(n);
+    return b.data();
+}
+
+// Weight row -> f32; SIMD conversion for F16/BF16, the reference decoder for the rest.
+void decode_row_f32(GgmlType type, const void *src, float *dst, int64_t n) {
+    const uint16_t *h = static_cast<const uint16_t *>(src);
+    int64_t i = 0;
+    if (type == GgmlType::F32) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    } else if (type == GgmlType::F16) {
+#if defined(__AVX512F__)
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i))));
+#elif defined(__F16C__)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i))));
+#endif
+        for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+    } else if (type == GgmlType::BF16) {
+#if defined(__AVX512F__)
+        for (; i + 16 <= n; i += 16) {
+            const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i)));
+            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+        }
+#endif
+        for (; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+    } else {
+        dequantize_row(type, src, dst, n);
+    }
+}
+
+struct Tiling {
+    int64_t n_row_tiles, n_tok_tiles;
+};
+Tiling tiling(const WeightView &w, int64_t n_tokens) {
+    return {(w.n_rows + k_row_tile - 1) / k_row_tile, (n_tokens + k_tok_tile - 1) / k_tok_tile};
+}
+
+void matmul_f32(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
+    const Tiling tl = tiling(w, n_tokens);
+    const int64_t n = w.n_cols;
+    const uint8_t *base = static_cast<const uint8_t *>(w.data);
+    pool.run(tl.n_row_tiles * tl.n_tok_tiles, [&](int64_t task, int) {
+        const int64_t r0 = task / tl.n_tok_tiles * k_row_tile, r1 = std::min(r0 + k_row_tile, w.n_rows);
+        const int64_t t0 = task % tl.n_tok_tiles * k_tok_tile, t1 = std::min(t0 + k_tok_tile, n_tokens);
+        const float *rows[k_row_tile];
+        if (w.type == GgmlType::F32) {
+            for (int64_t r = r0; r < r1; ++r) rows[r - r0] = reinterpret_cast<const float *>(base + r * w.row_bytes);
+        } else {
+            float *tile = reinterpret_cast<float *>(
+                grow(scratch().tile, static_cast<size_t>(k_row_tile * n) * sizeof(float)));
+            for (int64_t r = r0; r < r1; ++r) {
+                decode_row_f32(w.type, base + r * w.row_bytes, tile + (r - r0) * n, n);
+                rows[r - r0] = tile + (r - r0) * n;
+            }
+        }
+        for (int64_t t = t0; t < t1; ++t)
+            for (int64_t r = r0; r < r1; ++r) y[t * w.n_rows + r] = simd::dot(rows[r - r0], x + t * n, n);
+    });
+}
+
+void matmul_q8(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
+    const q8::RowShape s = q8::row_shape(w.n_cols);
+    const Tiling tl = tiling(w, n_tokens);
+    uint8_t *act = grow(scratch().act, static_cast<size_t>(n_tokens * s.stride_bytes));
+    // Quantize the activations once, shared read-only by every task.
+    const int64_t n_act_tasks = std::min<int64_t>(n_tokens, pool.n_threads() * 4);
+    pool.run(n_act_tasks, [&](int64_t task, int) {
+        for (int64_t t = task; t < n_tokens; t += n_act_tasks)
+            q8::quantize_act(x + t * w.n_cols, s, act + t * s.stride_bytes);
+    });
+    const uint8_t *base = static_cast<const uint8_t *>(w.data);
+    pool.run(tl.n_row_tiles * tl.n_tok_tiles, [&](int64_t task, int) {
+        const int64_t r0 = task / tl.n_tok_tiles * k_row_tile, r1 = std::min(r0 + k_row_tile, w.n_rows);
+        const int64_t t0 = task % tl.n_tok_tiles * k_tok_tile, t1 = std::min(t0 + k_tok_tile, n_tokens);
+        uint8_t *tile = grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
+        for (int64_t r = r0; r < r1; ++r)
+            q8::unpack_weight(w.type, base + r * w.row_bytes, s, tile + (r - r0) * s.stride_bytes);
+        // Four tokens per weight-row pass: each weight vector load feeds four dots.
+        for (int64_t t = t0; t < t1; t += 4) {
+            const int n_act = static_cast<int>(std::min<int64_t>(4, t1 - t));
+            const uint8_t *acts[4];
+            for (int j = 0; j < n_act; ++j) acts[j] = act + (t + j) * s.stride_bytes;
+            for (int64_t r = r0; r < r1; ++r) {
+                float out[4];
+                q8::dot(tile + (r - r0) * s.stride_bytes, acts, n_act, s, out);
+                for (int j = 0; j < n_act; ++j) y[(t + j) * w.n_rows + r] = out[j];
+            }
+        }
+    });
+}
+
+void check_weight(const WeightView &w) {
+    const TypeTraits *tr = type_traits(w.type);
+    SIEVE_CHECKF(tr && tr->weights_ok, "matmul: weight type %s is not supported", type_name(w.type));
+    SIEVE_CHECKF(w.n_cols > 0 && w.n_cols % tr->block_size == 0, "matmul: n_cols = %lld is not a multiple of %lld (%s)",
+                 static_cast<long long>(w.n_cols), static_cast<long long>(tr->block_size), tr->name);
+    SIEVE_CHECKF(w.row_bytes >= w.n_cols / tr->block_size * tr->type_size, "matmul: row_bytes = %lld too small",
+                 static_cast<long long>(w.row_bytes));
+}
+
+}  // namespace
+
+void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
+    check_weight(w);
+    if (n_tokens <= 0 || w.n_rows <= 0) return;
+    if (q8::supports(w.type))
+        matmul_q8(w, x, n_tokens, y, pool);
+    else
+        matmul_f32(w, x, n_tokens, y, pool);
+}
+
+void get_row(const WeightView &w, int64_t row, float *out) {
+    SIEVE_CHECKF(row >= 0 && row < w.n_rows, "get_row: row %lld out of [0, %lld)", static_cast<long long>(row),
+                 static_cast<long long>(w.n_rows));
+    decode_row_f32(w.type, static_cast<const uint8_t *>(w.data) + row * w.row_bytes, out, w.n_cols);
+}
+
+}  // namespace sieve::cpu

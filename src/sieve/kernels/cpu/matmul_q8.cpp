@@ -1,0 +1,249 @@
+#include "sieve/kernels/cpu/matmul_q8.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "sieve/kernels/cpu/intrin.h"
+
+#include "sieve/core/fp16.h"
+#include "sieve/core/status.h"
+
+namespace sieve::cpu::q8 {
+
+namespace {
+
+inline float load_f16(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return fp16_to_fp32(h);
+}
+
+struct RowParts {
+    uint8_t *bytes;
+    float *scale;
+    float *aux;
+};
+inline RowParts parts(uint8_t *row, const RowShape &s) {
+    float *scale = reinterpret_cast<float *>(row + s.n_pad * k_block);
+    return {row, scale, scale + s.n_pad};
+}
+struct ConstRowParts {
+    const uint8_t *bytes;
+    const float *scale;
+    const float *aux;
+};
+inline ConstRowParts parts(const uint8_t *row, const RowShape &s) {
+    const float *scale = reinterpret_cast<const float *>(row + s.n_pad * k_block);
+    return {row, scale, scale + s.n_pad};
+}
+
+// The low nibbles of 16 bytes are elements 0..15 of a block, the high nibbles 16..31.
+inline void split_nibbles(const uint8_t *qs, uint8_t *u) {
+    for (int j = 0; j < 16; ++j) {
+        u[j] = qs[j] & 0x0f;
+        u[j + 16] = qs[j] >> 4;
+    }
+}
+// Q5: bit j of the little-endian qh word is the fifth bit of element j.
+inline void add_fifth_bits(const uint8_t *qh_bytes, uint8_t *u) {
+    uint32_t qh;
+    std::memcpy(&qh, qh_bytes, 4);
+    for (int j = 0; j < 32; ++j) u[j] |= static_cast<uint8_t>(((qh >> j) & 1u) << 4);
+}
+
+}  // namespace
+
+bool supports(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q8_0: return true;
+        default: return false;
+    }
+}
+
+RowShape row_shape(int64_t n_cols) {
+    RowShape s;
+    s.n_blocks = n_cols / k_block;
+    s.n_pad = (s.n_blocks + 1) / 2 * 2;
+    s.stride_bytes = (s.n_pad * (k_block + 8) + 63) / 64 * 64;
+    return s;
+}
+
+void quantize_act(const float *x, const RowShape &s, uint8_t *dst) {
+    RowParts p = parts(dst, s);
+    for (int64_t b = 0; b < s.n_blocks; ++b) {
+        const float *xb = x + b * k_block;
+        float amax = 0.0f;
+        for (int j = 0; j < k_block; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        const float e = amax / 127.0f;
+        const float inv = e > 0.0f ? 1.0f / e : 0.0f;
+        int8_t *q = reinterpret_cast<int8_t *>(p.bytes + b * k_block);
+        int32_t sum = 0;
+        for (int j = 0; j < k_block; ++j) {
+            const int v = static_cast<int>(std::nearbyint(xb[j] * inv));
+            q[j] = static_cast<int8_t>(v);
+            sum += v;
+        }
+        p.scale[b] = e;
+        p.aux[b] = e * static_cast<float>(sum);
+    }
+    for (int64_t b = s.n_blocks; b < s.n_pad; ++b) {
+        std::memset(p.bytes + b * k_block, 0, k_block);
+        p.scale[b] = 0.0f;
+        p.aux[b] = 0.0f;
+    }
+}
+
+void unpack_weight(GgmlType type, const void *src, const RowShape &s, uint8_t *dst) {
+    RowParts p = parts(dst, s);
+    const uint8_t *in = static_cast<const uint8_t *>(src);
+    for (int64_t b = 0; b < s.n_blocks; ++b) {
+        uint8_t *u = p.bytes + b * k_block;
+        float d = 0.0f, c = 0.0f;
+        switch (type) {
+            case GgmlType::Q4_0: {  // f16 d | 16 bytes of nibbles
+                const uint8_t *blk = in + b * 18;
+                d = load_f16(blk);
+                c = -8.0f * d;
+                split_nibbles(blk + 2, u);
+                break;
+            }
+            case GgmlType::Q4_1: {  // f16 d | f16 m | 16 bytes of nibbles
+                const uint8_t *blk = in + b * 20;
+                d = load_f16(blk);
+                c = load_f16(blk + 2);
+                split_nibbles(blk + 4, u);
+                break;
+            }
+            case GgmlType::Q5_0: {  // f16 d | 4 bytes qh | 16 bytes of nibbles
+                const uint8_t *blk = in + b * 22;
+                d = load_f16(blk);
+                c = -16.0f * d;
+                split_nibbles(blk + 6, u);
+                add_fifth_bits(blk + 2, u);
+                break;
+            }
+            case GgmlType::Q5_1: {  // f16 d | f16 m | 4 bytes qh | 16 bytes of nibbles
+                const uint8_t *blk = in + b * 24;
+                d = load_f16(blk);
+                c = load_f16(blk + 2);
+                split_nibbles(blk + 8, u);
+                add_fifth_bits(blk + 4, u);
+                break;
+            }
+            case GgmlType::Q8_0: {  // f16 d | 32 int8; stored with +128 so it is unsigned
+                const uint8_t *blk = in + b * 34;
+                d = load_f16(blk);
+                c = -128.0f * d;
+                for (int j = 0; j < k_block; ++j) u[j] = static_cast<uint8_t>(blk[2 + j] ^ 0x80u);
+                break;
+            }
+            default: SIEVE_CHECKF(false, "q8 path does not handle type %s", type_name(type));
+        }
+        p.scale[b] = d;
+        p.aux[b] = c;
+    }
+    for (int64_t b = s.n_blocks; b < s.n_pad; ++b) {
+        std::memset(p.bytes + b * k_block, 0, k_block);
+        p.scale[b] = 0.0f;
+        p.aux[b] = 0.0f;
+    }
+}
+
+namespace {
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// One weight row against NT activation rows. 16 blocks form a group: their
+// d*e products are one vector; each pair of blocks is one 64-byte vpdpbusd
+// whose lanes 0-7 belong to the first block and 8-15 to the second, so the
+// pair's scales are two broadcasts picked out of the group vector.
+template <int NT>
+void dot_vnni(const uint8_t *wrow, const uint8_t *const *acts, const RowShape &s, float *out) {
+    const ConstRowParts w = parts(wrow, s);
+    ConstRowParts a[NT];
+    for (int t = 0; t < NT; ++t) a[t] = parts(acts[t], s);
+    __m512 acc[NT], corr[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = corr[t] = _mm512_setzero_ps();
+    const __m512i pair_idx0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int64_t g = 0; g < s.n_pad; g += 16) {
+        const int64_t n_g = s.n_pad - g < 16 ? s.n_pad - g : 16;
+        const __mmask16 m = static_cast<__mmask16>(n_g == 16 ? 0xffffu : (1u << n_g) - 1u);
+        const __m512 wd = _mm512_maskz_loadu_ps(m, w.scale + g);
+        const __m512 wc = _mm512_maskz_loadu_ps(m, w.aux + g);
+        __m512 sc[NT];
+        for (int t = 0; t < NT; ++t) {
+            sc[t] = _mm512_mul_ps(wd, _mm512_maskz_loadu_ps(m, a[t].scale + g));
+            corr[t] = _mm512_fmadd_ps(wc, _mm512_maskz_loadu_ps(m, a[t].aux + g), corr[t]);
+        }
+        __m512i idx = pair_idx0;
+        for (int64_t p = 0; p < n_g; p += 2) {
+            const __m512i wv = _mm512_loadu_si512(w.bytes + (g + p) * k_block);
+            for (int t = 0; t < NT; ++t) {
+                const __m512i xv = _mm512_loadu_si512(a[t].bytes + (g + p) * k_block);
+                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, sc[t]), acc[t]);
+            }
+            idx = _mm512_add_epi32(idx, _mm512_set1_epi32(2));
+        }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t], corr[t]));
+}
+#endif
+
+// Portable body (AVX2 widening multiply-add, or plain C++): per block an
+// exact int32 dot, then the same scale/correction formula.
+inline int32_t block_dot(const uint8_t *u, const int8_t *q) {
+#if defined(__AVX2__)
+    const __m128i u0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u));
+    const __m128i u1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u + 16));
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + 16));
+    const __m256i p0 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(u0), _mm256_cvtepi8_epi16(q0));
+    const __m256i p1 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(u1), _mm256_cvtepi8_epi16(q1));
+    __m256i sv = _mm256_add_epi32(p0, p1);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sv), _mm256_extracti128_si256(sv, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    return _mm_cvtsi128_si32(s4);
+#else
+    int32_t sum = 0;
+    for (int j = 0; j < k_block; ++j) sum += static_cast<int32_t>(u[j]) * q[j];
+    return sum;
+#endif
+}
+
+}  // namespace
+
+void dot_portable(const uint8_t *wrow, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+    const ConstRowParts w = parts(wrow, s);
+    for (int t = 0; t < n_act; ++t) {
+        const ConstRowParts a = parts(acts[t], s);
+        float acc = 0.0f, corr = 0.0f;
+        for (int64_t b = 0; b < s.n_blocks; ++b) {
+            const int32_t d = block_dot(w.bytes + b * k_block, reinterpret_cast<const int8_t *>(a.bytes + b * k_block));
+            acc += w.scale[b] * a.scale[b] * static_cast<float>(d);
+            corr += w.aux[b] * a.aux[b];
+        }
+        out[t] = acc + corr;
+    }
+}
+
+void dot(const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    switch (n_act) {
+        case 1: return dot_vnni<1>(w, acts, s, out);
+        case 2: return dot_vnni<2>(w, acts, s, out);
+        case 3: return dot_vnni<3>(w, acts, s, out);
+        case 4: return dot_vnni<4>(w, acts, s, out);
+        default: SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
+    }
+#else
+    SIEVE_CHECKF(n_act >= 1 && n_act <= 4, "n_act = %d, expected 1..4", n_act);
+    dot_portable(w, acts, n_act, s, out);
+#endif
+}
+
+}  // namespace sieve::cpu::q8

@@ -1,0 +1,79 @@
+// Small f32 vector helpers shared by the CPU kernels (private to kernels/cpu).
+// Each has an AVX-512 body (masked tails, so any length works), an AVX2 body,
+// and a scalar fallback so a non-native build still compiles and runs.
+#pragma once
+
+#include <cstdint>
+
+#include "sieve/kernels/cpu/intrin.h"
+
+namespace sieve::cpu::simd {
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+// sum_i a[i] * b[i], f32 accumulation in several independent lanes.
+inline float dot(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(__AVX2__)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    float s = hsum256(_mm256_add_ps(acc0, acc1));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+#else
+    float s[4] = {0, 0, 0, 0};
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; ++j) s[j] += a[i + j] * b[i + j];
+    for (; i < n; ++i) s[0] += a[i] * b[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+#endif
+}
+
+// y[i] = y[i] * beta + alpha * x[i]
+inline void scale_axpy(float *y, float beta, float alpha, const float *x, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 vb = _mm512_set1_ps(beta), va = _mm512_set1_ps(alpha);
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        const __m512 yv = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), vb);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), yv));
+    }
+#elif defined(__AVX2__)
+    const __m256 vb = _mm256_set1_ps(beta), va = _mm256_set1_ps(alpha);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 yv = _mm256_mul_ps(_mm256_loadu_ps(y + i), vb);
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), yv));
+    }
+#endif
+    for (; i < n; ++i) y[i] = y[i] * beta + alpha * x[i];
+}
+
+// y[i] *= s
+inline void scale(float *y, float s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+}  // namespace sieve::cpu::simd

@@ -1,0 +1,150 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels_test_util.h"
+#include "sieve/kernels/cpu/ops.h"
+
+using namespace sieve;
+using sieve::test::random_values;
+
+namespace {
+
+// One sequence's attention inputs. Keys past the last visible one (n_kv >
+// q_pos0 + n_q) are filled with NaN: a kernel that reads them fails loudly.
+struct AttnCase {
+    int64_t n_head, n_head_kv, head_dim, n_q, q_pos0, n_kv;
+    std::vector<float> q;
+    std::vector<std::vector<float>> k, v;
+    std::vector<const float *> k_ptr, v_ptr;
+
+    AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, int64_t pos0, int64_t nkv)
+        : n_head(nh), n_head_kv(nh_kv), head_dim(d), n_q(nq), q_pos0(pos0), n_kv(nkv) {
+        // sigma 0.5 puts the scaled scores in a realistic range; the outliers
+        // make some rows nearly one-hot.
+        q = random_values(rng, static_cast<size_t>(nq * nh * d), 0.5f);
+        const int64_t n_vis = pos0 + nq;
+        for (int64_t h = 0; h < nh_kv; ++h) {
+            k.push_back(random_values(rng, static_cast<size_t>(nkv * d), 0.5f));
+            v.push_back(random_values(rng, static_cast<size_t>(nkv * d)));
+            std::fill(k.back().begin() + n_vis * d, k.back().end(), NAN);
+            std::fill(v.back().begin() + n_vis * d, v.back().end(), NAN);
+        }
+        for (auto &x : k) k_ptr.push_back(x.data());
+        for (auto &x : v) v_ptr.push_back(x.data());
+    }
+    cpu::AttnArgs args(float *o, float *lse) const {
+        cpu::AttnArgs a;
+        a.q = q.data();
+        a.k = k_ptr.data();
+        a.v = v_ptr.data();
+        a.o = o;
+        a.lse = lse;
+        a.n_q = n_q;
+        a.n_kv = n_kv;
+        a.q_pos0 = q_pos0;
+        a.n_head = n_head;
+        a.n_head_kv = n_head_kv;
+        a.head_dim = head_dim;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        return a;
+    }
+};
+
+enum class Kernel { prefill, decode };
+
+// O is a convex combination of value rows, so its error is measured against
+// max |v| of the head: f32 exp/sum/fma rounding over a few thousand keys stays
+// near 1e-6 of that; 2e-5 leaves room without hiding a wrong key or weight
+// (those move O by a sizeable fraction of |v|). lse is compared absolutely
+// with 1e-5 * (1 + |lse|): it is m + log(l) with l summed in f32.
+void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
+    const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim);
+    std::vector<float> o(n_o, NAN), lse(static_cast<size_t>(c.n_head * c.n_q), NAN);
+    std::vector<float> o_ref(n_o), lse_ref(lse.size());
+    if (kernel == Kernel::prefill)
+        cpu::attention_prefill(c.args(o.data(), lse.data()), pool);
+    else
+        cpu::attention_decode(c.args(o.data(), lse.data()), pool);
+    cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()));
+    const int64_t group = c.n_head / c.n_head_kv, n_vis = c.q_pos0 + c.n_q;
+    std::vector<float> vmax(static_cast<size_t>(c.n_head_kv), 0.0f);
+    for (int64_t h = 0; h < c.n_head_kv; ++h)
+        for (int64_t i = 0; i < n_vis * c.head_dim; ++i)
+            vmax[h] = std::max(vmax[h], std::fabs(c.v[h][i]));
+    const char *name = kernel == Kernel::prefill ? "prefill" : "decode";
+    int n_bad = 0;
+    for (int64_t i = 0; i < c.n_q && n_bad < 5; ++i) {
+        for (int64_t h = 0; h < c.n_head && n_bad < 5; ++h) {
+            const float tol = 2e-5f * vmax[h / group];
+            for (int64_t e = 0; e < c.head_dim; ++e) {
+                const size_t idx = static_cast<size_t>((i * c.n_head + h) * c.head_dim + e);
+                if (!(std::fabs(o[idx] - o_ref[idx]) <= tol)) {
+                    ADD_FAILURE() << name << " heads " << c.n_head << "/" << c.n_head_kv << " d=" << c.head_dim
+                                  << " n_q=" << c.n_q << " pos0=" << c.q_pos0 << " n_kv=" << c.n_kv << ": O[q=" << i
+                                  << ", h=" << h << ", " << e << "] = " << o[idx] << ", want " << o_ref[idx];
+                    ++n_bad;
+                    break;
+                }
+            }
+            const size_t li = static_cast<size_t>(h * c.n_q + i);
+            if (!(std::fabs(lse[li] - lse_ref[li]) <= 1e-5f * (1.0f + std::fabs(lse_ref[li])))) {
+                ADD_FAILURE() << name << " lse[h=" << h << ", q=" << i << "] = " << lse[li] << ", want " << lse_ref[li]
+                              << " (n_q=" << c.n_q << " n_kv=" << c.n_kv << ")";
+                ++n_bad;
+            }
+        }
+    }
+}
+
+struct Heads {
+    int64_t n_head, n_head_kv;
+};
+const Heads k_heads[] = {{1, 1}, {4, 4}, {9, 3}, {8, 2}};
+
+}  // namespace
+
+TEST(Attention, PrefillMatchesReference) {
+    std::mt19937 rng(42);
+    ThreadPool pool(2);
+    for (Heads hh : k_heads)
+        for (int64_t d : {64, 48})
+            for (int64_t n_q : {1, 5, 64, 130})
+                for (int64_t pos0 : {0, 17}) check(AttnCase(rng, hh.n_head, hh.n_head_kv, d, n_q, pos0, pos0 + n_q), Kernel::prefill, pool);
+}
+
+TEST(Attention, PrefillIgnoresKeysPastTheLastQuery) {
+    // A chunk whose lanes already hold more keys than it may see (n_kv > q_pos0 + n_q).
+    std::mt19937 rng(43);
+    ThreadPool pool(3);
+    check(AttnCase(rng, 8, 2, 80, 37, 100, 150), Kernel::prefill, pool);
+    check(AttnCase(rng, 4, 1, 128, 3, 0, 9), Kernel::prefill, pool);
+}
+
+TEST(Attention, DecodeMatchesReferenceAtManyLengths) {
+    std::mt19937 rng(44);
+    for (int n_threads : {1, 2, 3}) {
+        ThreadPool pool(n_threads);
+        for (Heads hh : k_heads)
+            for (int64_t d : {64, 48, 80})
+                for (int64_t n_kv : {1, 2, 3, 17, 63, 64, 65, 129, 1000, 3000}) {
+                    if (n_threads != 2 && n_kv > 200) continue;  // long lanes once is enough
+                    check(AttnCase(rng, hh.n_head, hh.n_head_kv, d, 1, n_kv - 1, n_kv), Kernel::decode, pool);
+                }
+    }
+}
+
+TEST(Attention, DecodeIgnoresKeysPastTheQuery) {
+    std::mt19937 rng(45);
+    ThreadPool pool(2);
+    check(AttnCase(rng, 9, 3, 64, 1, 700, 900), Kernel::decode, pool);
+}
+
+TEST(Attention, PrefillWithOneQueryEqualsDecode) {
+    std::mt19937 rng(46);
+    ThreadPool pool(2);
+    for (int64_t n_kv : {1, 50, 777}) check(AttnCase(rng, 8, 2, 64, 1, n_kv - 1, n_kv), Kernel::prefill, pool);
+}

@@ -1,0 +1,150 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels_test_util.h"
+#include "sieve/kernels/cpu/ops.h"
+
+using namespace sieve;
+using sieve::test::random_values;
+using sieve::test::random_weights;
+
+namespace {
+
+const GgmlType k_all_types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
+                                GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+// The 32-element block types run with activations quantized to int8 per block
+// of 32 (scale e = amax / 127), so each x[c] is off by at most e/2.
+bool quantizes_activations(GgmlType t) {
+    return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+           t == GgmlType::Q8_0;
+}
+
+// Allowed |y - y_ref| for output (t, r):
+//   f32 accumulation of n products: rounding well under 1e-5 * sum |w x| for
+//   the lengths used here (n <= 1024: sqrt(n) * 2^-24 ~ 2e-6 typical);
+//   plus, for int8 activations, sum_c |w[c]| * e_block(c) / 2 (the exact worst
+//   case of the activation rounding), with 1% slack for the f32 scales.
+std::vector<double> tolerances(const sieve::cpu::WeightView &w, const std::vector<float> &x, int64_t n_tokens) {
+    std::vector<double> tol(static_cast<size_t>(n_tokens * w.n_rows));
+    std::vector<float> row(static_cast<size_t>(w.n_cols));
+    const bool q8 = quantizes_activations(w.type);
+    for (int64_t r = 0; r < w.n_rows; ++r) {
+        dequantize_row(w.type, static_cast<const uint8_t *>(w.data) + r * w.row_bytes, row.data(), w.n_cols);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const float *xt = x.data() + t * w.n_cols;
+            double abs_sum = 0.0, q8_err = 0.0;
+            for (int64_t b = 0; b < w.n_cols; b += 32) {
+                double amax = 0.0, wsum = 0.0;
+                for (int64_t c = b; c < std::min(b + 32, w.n_cols); ++c) {
+                    abs_sum += std::fabs(static_cast<double>(row[c]) * xt[c]);
+                    amax = std::max(amax, std::fabs(static_cast<double>(xt[c])));
+                    wsum += std::fabs(static_cast<double>(row[c]));
+                }
+                q8_err += wsum * amax / 127.0 / 2.0;
+            }
+            tol[static_cast<size_t>(t * w.n_rows + r)] = 1e-5 * abs_sum + 1e-30 + (q8 ? 1.01 * q8_err : 0.0);
+        }
+    }
+    return tol;
+}
+
+void expect_close(const sieve::cpu::WeightView &w, const std::vector<float> &x, int64_t n_tokens,
+                  const std::vector<float> &y, const std::vector<float> &ref, const char *what) {
+    const std::vector<double> tol = tolerances(w, x, n_tokens);
+    int n_bad = 0;
+    for (size_t i = 0; i < y.size() && n_bad < 5; ++i) {
+        const double err = std::fabs(static_cast<double>(y[i]) - ref[i]);
+        if (!(err <= tol[i])) {
+            ++n_bad;
+            ADD_FAILURE() << what << " " << type_name(w.type) << " rows=" << w.n_rows << " cols=" << w.n_cols
+                          << " tokens=" << n_tokens << " at (t=" << i / w.n_rows << ", r=" << i % w.n_rows
+                          << "): got " << y[i] << ", want " << ref[i] << ", |err| " << err << " > tol " << tol[i];
+        }
+    }
+}
+
+}  // namespace
+
+TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
+    std::mt19937 rng(1234);
+    ThreadPool pool(2);
+    for (GgmlType type : k_all_types) {
+        const int64_t bs = type_traits(type)->block_size;
+        const int64_t blocks_per_row[] = {bs == 1 ? 97 : 1, bs == 256 ? 3 : (bs == 1 ? 576 : 9)};
+        for (int64_t n_blocks : blocks_per_row) {
+            const int64_t n_cols = n_blocks * bs;
+            for (int64_t n_rows : {1, 3, 67, 130}) {
+                const auto w = random_weights(rng, type, n_rows, n_cols);
+                ASSERT_FALSE(w.bytes.empty());
+                for (int64_t n_tokens : {1, 2, 3, 7, 33, 70}) {
+                    const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
+                    std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), NAN), ref(y.size());
+                    cpu::matmul(w.view, x.data(), n_tokens, y.data(), pool);
+                    cpu::matmul_ref(w.view, x.data(), n_tokens, ref.data());
+                    expect_close(w.view, x, n_tokens, y, ref, "matmul");
+                }
+            }
+        }
+    }
+}
+
+TEST(Matmul, ModelShapedQ4_1AndQ8_0) {
+    // The default model's shapes: dim 576, ffn 1536; a prompt longer than a token tile.
+    std::mt19937 rng(99);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
+        for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{576, 576}, {1536, 576}, {576, 1536}}) {
+            const auto w = random_weights(rng, type, n_rows, n_cols);
+            for (int64_t n_tokens : {1, 65}) {
+                const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
+                std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), NAN), ref(y.size());
+                cpu::matmul(w.view, x.data(), n_tokens, y.data(), pool);
+                cpu::matmul_ref(w.view, x.data(), n_tokens, ref.data());
+                expect_close(w.view, x, n_tokens, y, ref, "matmul");
+            }
+        }
+    }
+}
+
+TEST(Matmul, SameBitsWithAnyThreadCount) {
+    std::mt19937 rng(7);
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K}) {
+        const int64_t n_rows = 131, n_cols = type_traits(type)->block_size == 256 ? 512 : 320, n_tokens = 67;
+        const auto w = random_weights(rng, type, n_rows, n_cols);
+        const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
+        std::vector<float> y1(static_cast<size_t>(n_tokens * n_rows));
+        {
+            ThreadPool pool(1);
+            cpu::matmul(w.view, x.data(), n_tokens, y1.data(), pool);
+        }
+        for (int n_threads : {2, 3}) {
+            ThreadPool pool(n_threads);
+            std::vector<float> y(y1.size(), NAN);
+            cpu::matmul(w.view, x.data(), n_tokens, y.data(), pool);
+            ASSERT_EQ(0, std::memcmp(y.data(), y1.data(), y.size() * sizeof(float)))
+                << type_name(type) << " with " << n_threads << " threads differs from 1 thread";
+        }
+    }
+}
+
+TEST(Matmul, RepeatedCallsWithShrinkingAndGrowingShapes) {
+    // Scratch is reused across calls: a smaller call after a larger one (and
+    // the reverse) must not see stale data.
+    std::mt19937 rng(5);
+    ThreadPool pool(2);
+    for (int64_t n_cols : {1024, 64, 512, 32}) {
+        const auto w = random_weights(rng, GgmlType::Q4_0, 19, n_cols);
+        const auto x = random_values(rng, static_cast<size_t>(5 * n_cols));
+        std::vector<float> y(5 * 19, NAN), ref(y.size());
+        cpu::matmul(w.view, x.data(), 5, y.data(), pool);
+        cpu::matmul_ref(w.view, x.data(), 5, ref.data());
+        expect_close(w.view, x, 5, y, ref, "matmul");
+    }
+}
