@@ -1,6 +1,7 @@
 #include "sieve/tokenizer/chat_template.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 #include <utility>
 
@@ -125,6 +126,12 @@ std::string chatml_default_system(std::string_view src) {
 // ---------------------------------------------------------------------------
 // Renderers, one per family, each a transcription of its Jinja template.
 
+// out += a + b + ...: without the temporaries of operator+, which also trip
+// GCC 12's false -Wrestrict on `"literal" + std::string`.
+void append(std::string &out, std::initializer_list<std::string_view> parts) {
+    for (std::string_view p : parts) out.append(p);
+}
+
 Status check_alternation(const std::vector<ChatMessage> &msgs, size_t first, const char *family) {
     for (size_t i = first; i < msgs.size(); ++i) {
         const bool want_user = (i - first) % 2 == 0;
@@ -140,8 +147,8 @@ Status check_alternation(const std::vector<ChatMessage> &msgs, size_t first, con
 std::string render_chatml(const ChatTemplate &t, const std::vector<ChatMessage> &msgs, bool gen) {
     std::string out;
     if (!t.default_system.empty() && !msgs.empty() && msgs[0].role != "system")
-        out += "<|im_start|>system\n" + t.default_system + "<|im_end|>\n";
-    for (const ChatMessage &m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+        append(out, {"<|im_start|>system\n", t.default_system, "<|im_end|>\n"});
+    for (const ChatMessage &m : msgs) append(out, {"<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n"});
     if (gen) out += "<|im_start|>assistant\n";
     return out;
 }
@@ -150,8 +157,8 @@ std::string render_llama3(const ChatTemplate &t, const std::vector<ChatMessage> 
     std::string out;
     for (size_t i = 0; i < msgs.size(); ++i) {
         if (i == 0) out += t.bos;
-        out += "<|start_header_id|>" + msgs[i].role + "<|end_header_id|>\n\n" + python_strip(msgs[i].content) +
-               "<|eot_id|>";
+        append(out, {"<|start_header_id|>", msgs[i].role, "<|end_header_id|>\n\n", python_strip(msgs[i].content),
+                     "<|eot_id|>"});
     }
     if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
     return out;
@@ -163,12 +170,13 @@ Result<std::string> render_llama2(const ChatTemplate &t, const std::vector<ChatM
     SIEVE_TRY(check_alternation(msgs, first, "llama2"));
     std::string out;
     for (size_t i = first; i < msgs.size(); ++i) {
-        std::string content = msgs[i].content;
-        if (i == first && has_system) content = "<<SYS>>\n" + msgs[0].content + "\n<</SYS>>\n\n" + content;
+        std::string content;
+        if (i == first && has_system) append(content, {"<<SYS>>\n", msgs[0].content, "\n<</SYS>>\n\n"});
+        content += msgs[i].content;
         if (msgs[i].role == "user") {
-            out += t.bos + "[INST] " + python_strip(content) + " [/INST]";
+            append(out, {t.bos, "[INST] ", python_strip(content), " [/INST]"});
         } else {
-            out += " " + python_strip(content) + " " + t.eos;
+            append(out, {" ", python_strip(content), " ", t.eos});
         }
     }
     return out;
@@ -183,11 +191,11 @@ Result<std::string> render_mistral(const ChatTemplate &t, const std::vector<Chat
     std::string out = t.bos;
     for (size_t i = first; i < msgs.size(); ++i) {
         if (msgs[i].role == "user") {
-            const std::string content =
-                i == first && has_system ? msgs[0].content + "\n\n" + msgs[i].content : msgs[i].content;
-            out += "[INST] " + content + " [/INST]";
+            out += "[INST] ";
+            if (i == first && has_system) append(out, {msgs[0].content, "\n\n"});
+            append(out, {msgs[i].content, " [/INST]"});
         } else {
-            out += msgs[i].content + t.eos;
+            append(out, {msgs[i].content, t.eos});
         }
     }
     return out;
