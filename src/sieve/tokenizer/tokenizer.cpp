@@ -360,6 +360,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
             after_special = true;
             continue;
         }
+        if (fr.text.empty()) continue;  // empty input: no dummy-prefix token either
         if (spm_) {
             buf.clear();
             if (add_space_prefix_ && after_special) buf.push_back(' ');

@@ -1,7 +1,8 @@
 // SentencePiece-style BPE over a GGUF "llama" vocabulary.
 //
 // 1. Spaces become U+2581 (the caller has already added the dummy prefix).
-// 2. The text is cut into UTF-8 characters, one symbol each.
+// 2. The text is cut into UTF-8 characters, one symbol each (a byte of
+//    invalid UTF-8 is a symbol alone, so any input round-trips).
 // 3. Repeatedly merge the adjacent pair whose concatenation is a token with
 //    the highest score (ties: leftmost), as SentencePiece's BPE model does.
 // 4. Each final symbol is its token; a symbol that is no token (a character
@@ -56,7 +57,8 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t> *out) cons
 
     std::vector<Symbol> syms;
     for (size_t off = 0; off < text.size();) {
-        const size_t len = std::min(text.size() - off, static_cast<size_t>(utf8_seq_len(static_cast<uint8_t>(text[off]))));
+        // An invalid byte is a symbol of its own and ends as a byte token.
+        const size_t len = utf8_char_len(tv, off);
         const int i = static_cast<int>(syms.size());
         syms.push_back(Symbol{off, len, i - 1, -1});
         if (i > 0) syms[i - 1].next = i;

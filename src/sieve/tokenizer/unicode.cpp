@@ -120,6 +120,11 @@ bool utf8_next(std::string_view s, size_t *pos, uint32_t *cp) {
     return true;
 }
 
+size_t utf8_char_len(std::string_view s, size_t pos) {
+    size_t n = 0;
+    return scan_one(s.substr(pos), &n) == Scan::valid ? n : 1;
+}
+
 namespace {
 bool gpt2_is_printable(uint32_t b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);

@@ -20,6 +20,8 @@ bool utf8_is_valid(std::string_view s);
 // Decodes the character at *pos and advances past it. Invalid bytes give
 // false and advance by one.
 bool utf8_next(std::string_view s, size_t *pos, uint32_t *cp);
+// Length of the valid character at s[pos], or 1 for a byte that starts none.
+size_t utf8_char_len(std::string_view s, size_t pos);
 
 // Appends the sanitized form of the longest prefix of `in` that is decided:
 // complete characters and definitely invalid bytes. An incomplete but so far
