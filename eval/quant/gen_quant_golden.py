@@ -115,12 +115,57 @@ def random_row(rng: np.random.Generator, n: int, block: int) -> np.ndarray:
     outlier = rng.uniform(size=x.shape) < 0.03
     x = np.where(outlier, x * rng.uniform(10, 300, size=x.shape), x)
     x = x + rng.uniform(-1, 1, size=(n_blocks, 1)) * scale * 3  # non-zero means (matter for Q4_1/Q5_1)
-    # Half-way cases: a block of multiples of 1/4 whose extreme makes d a power of two.
-    for ib in range(0, n_blocks, 5):
-        g = rng.integers(-32, 33, size=block).astype(np.float64) / 4.0
-        g[rng.integers(block)] = -8.0 if rng.uniform() < 0.5 else 16.0
+    # Half-way cases: blocks of multiples of 1/4 (times a power of two) whose
+    # extremes make d exactly a power of two for one format, so x / d lands on
+    # k + 0.5: extreme -8 for Q4_0, -16 for Q5_0, 127 for Q8_0, a range of 15
+    # for Q4_1 and 31 for Q5_1.
+    for k, ib in enumerate(range(0, n_blocks, 4)):
+        extreme = (-8.0, -16.0, 127.0, 15.0, 31.0)[k % 5]
+        if extreme < 0 or extreme == 127.0:  # symmetric: |x| < |extreme| except one element
+            lim = int(abs(extreme) * 4) - 1
+            g = rng.integers(-lim, lim + 1, size=block).astype(np.float64) / 4.0
+            g[rng.integers(block)] = extreme
+        else:  # affine: values in [c, c + extreme] with both ends present
+            g = rng.integers(0, int(extreme * 4) + 1, size=block).astype(np.float64) / 4.0
+            i0, i1 = rng.choice(block, size=2, replace=False)
+            g[i0], g[i1] = 0.0, extreme
+            g += rng.integers(-16, 17) / 4.0
         x[ib] = g * np.exp2(rng.integers(-6, 6))
     return x.reshape(-1).astype(np.float32)
+
+
+def contraction_trap_block(rng: np.random.Generator, half: int) -> np.ndarray:
+    """A block for the symmetric quantizers (Q4_0: half = 8, Q5_0: half = 16)
+    where trunc(x * id + half + 0.5) depends on x * id being rounded before the
+    add: x * id rounds to exactly -(half - 0.5) + j while the exact product is a
+    hair more negative. Separate rounding (NumPy, ggml's C) gives the upper
+    integer; a fused multiply-add gives the one below. Only the negative end
+    can show this: there |x * id| is larger than the sum, so its rounding step
+    is coarser than the sum's."""
+    while True:
+        m = np.float32(np.exp2(rng.uniform(-10, 10)))
+        d = m / np.float32(-half)
+        inv = np.float32(1) / d
+        found = []
+        for j in range(3):
+            target = np.float32(-(half - 0.5) + j)
+            x = np.float32(float(target) / float(inv))
+            for _ in range(64):
+                x = np.nextafter(x, np.float32(np.inf), dtype=np.float32)
+                if x * inv == target and float(x) * float(inv) < float(target):
+                    found.append(x)
+                    break
+            for _ in range(128):
+                x = np.nextafter(x, np.float32(0), dtype=np.float32)
+                if x * inv == target and float(x) * float(inv) < float(target):
+                    found.append(x)
+                    break
+        if found:
+            block = (rng.uniform(-1, 1, size=32) * float(m) * 0.9).astype(np.float32)
+            block[0] = m
+            for k, x in enumerate(found):
+                block[1 + 3 * k: 4 + 3 * k] = x
+            return block
 
 
 def quantize_records(rng: np.random.Generator):
@@ -135,6 +180,10 @@ def quantize_records(rng: np.random.Generator):
     for qtype in (T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1):
         x = random_row(rng, 32 * 40, 32)
         x[32:64] = 1.5  # a constant block: d = 0 for the affine formats
+        if qtype in (T.Q4_0, T.Q5_0):
+            half = 8 if qtype == T.Q4_0 else 16
+            for ib in (2, 9, 17, 30):
+                x[32 * ib:32 * ib + 32] = contraction_trap_block(rng, half)
         enc = gguf.quants.quantize(x, qtype)
         recs.append((qtype, np.ascontiguousarray(enc).view(np.uint8).reshape(-1), x))
     return recs

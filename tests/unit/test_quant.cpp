@@ -5,14 +5,14 @@
 // eval/quant/gen_quant_golden.py (format described there).
 //
 // Tolerance: none. Dequantization is compared bit for bit: both sides take
-// the same f16 -> f32 conversion (exact) and the same sequence of float32
-// multiplies and adds with one rounding each (dequant.cpp turns off FMA
-// contraction for exactly this reason), so any difference — even 1 ulp — means
-// a different formula or operation order, which is worth failing on.
-// Quantization is compared byte for byte: the package's reference quantizers
-// are the ggml ones (trunc(x * id + 8.5), round-half-away for Q8_0, RNE for
-// F16/BF16), and the golden rows include blocks on a power-of-two grid so that
-// exact half-way cases occur and are checked.
+// the same exact f16 -> f32 conversion and the same float32 operations with
+// one rounding each, so any difference (even 1 ulp) means a different formula
+// or operation order, which is worth failing on. Quantization is compared byte
+// for byte: the package's quantizers are ggml's reference ones
+// (trunc(x * id + 8.5), round-half-away for Q8_0, round-half-even for F16/BF16),
+// and the golden rows include blocks on power-of-two grids, where x / d lands
+// exactly on half-way points, and blocks where a fused multiply-add would pick
+// a different nibble (see gen_quant_golden.py), so rounding is really checked.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,7 +112,7 @@ void check_dequant_prefix(const GoldenRecord &rec, int64_t n, size_t offset) {
     int64_t row_bytes = 0;
     ASSERT_TRUE(type_row_bytes(rec.type, n, &row_bytes));
     std::vector<uint8_t> src(offset + static_cast<size_t>(row_bytes));
-    std::memcpy(src.data() + offset, rec.enc.data(), static_cast<size_t>(row_bytes));
+    if (row_bytes > 0) std::memcpy(src.data() + offset, rec.enc.data(), static_cast<size_t>(row_bytes));
     std::vector<float> dst(static_cast<size_t>(n) + 8, k_canary);
     dequantize_row(rec.type, src.data() + offset, dst.data(), n);
     const int64_t bad = first_bit_mismatch(dst.data(), rec.values.data(), n);

@@ -2,12 +2,17 @@
 //
 // Exactness: every function evaluates the same float32 operations in the same
 // order as the gguf Python package (NumPy, one rounding per operation), so the
-// results match it bit for bit. That needs multiply-add contraction off: GCC
-// fuses `a * b + c` into one FMA by default even under -std=c++20, which
-// changes the last bit of Q4_1/Q5_1/K-quant dequantization and flips
-// quantized nibbles in half-way cases of `x * id + 8.5f`. The pragmas below
-// only affect the functions of this file; the SIMD kernels are free to fuse
-// and are checked against these functions with a tolerance.
+// results match it bit for bit.
+//   - Dequantization: the products formed before an add (d * q, d * sc * q for
+//     the K-quants with an f16 d, <= 6-bit scales and <= 5-bit quants) need at
+//     most 22 significant bits, so they are exact in float32 and a fused
+//     multiply-add cannot change the result either.
+//   - Quantization: `trunc(x * id + 8.5f)` (Q4_0, Q5_0) is not safe: when
+//     x * id is near -7.5 its rounding step is coarser than the sum's, and an
+//     FMA picks the nibble below NumPy's (the golden data has such blocks).
+//     GCC fuses by default even under -std=c++20, hence the pragmas below,
+//     which only affect this file; SIMD kernels may fuse freely and are checked
+//     against these functions with a tolerance.
 #include "sieve/quant/dequant.h"
 
 #include <algorithm>
@@ -277,6 +282,7 @@ void check_row(GgmlType type, int64_t n) {
 
 void dequantize_row(GgmlType type, const void *src, float *dst, int64_t n) {
     check_row(type, n);
+    if (n == 0) return;  // src and dst may be null for an empty row
     switch (type) {
         case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
         case GgmlType::F16:
@@ -307,7 +313,9 @@ void dequantize_row(GgmlType type, const void *src, float *dst, int64_t n) {
 bool quantize_row_ref(GgmlType type, const float *src, void *dst, int64_t n) {
     check_row(type, n);
     switch (type) {
-        case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return true;
+        case GgmlType::F32:
+            if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return true;
         case GgmlType::F16:
         case GgmlType::BF16: {
             auto *p = static_cast<uint8_t *>(dst);
