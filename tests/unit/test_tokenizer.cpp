@@ -3,12 +3,17 @@
 // `sentencepiece` (stories260K) over a committed corpus of 300+ strings.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "sieve/gguf/gguf.h"
+#include "sieve/tokenizer/pretokenizer.h"
 #include "sieve/tokenizer/tokenizer.h"
 #include "sieve/tokenizer/unicode.h"
 
@@ -366,4 +371,221 @@ TEST(TokenizerUtf8, Gpt2AlphabetIsABijection) {
     EXPECT_EQ(gpt2_byte_to_codepoint(' '), 0x120u);  // 'Ġ'
     EXPECT_EQ(gpt2_byte_to_codepoint('\n'), 0x10Au);  // 'Ċ'
     EXPECT_EQ(gpt2_codepoint_to_byte(0x2581), -1);
+}
+
+// ---------------------------------------------------------------------------
+// Pre-tokenizer splits vs HF tokenizers, for every regex family
+// ---------------------------------------------------------------------------
+
+TEST(TokenizerPretok, SplitsMatchHuggingFace) {
+    std::ifstream in(std::string(SIEVE_TEST_DATA) + "/tokenizer/pretok.golden");
+    ASSERT_TRUE(in.good()) << "missing pretok.golden; run eval/tokenizer/gen_golden.py";
+    std::map<std::string, std::unique_ptr<PreTokenizer>> pts;
+    std::map<std::string, int> n_lines;
+    std::string line;
+    int n_bad = 0;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        const size_t t1 = line.find('\t'), t2 = line.find('\t', t1 + 1);
+        ASSERT_NE(t2, std::string::npos) << line;
+        const std::string family = line.substr(0, t1);
+        std::string text;
+        for (size_t i = t1 + 1; i + 1 < t2; i += 2) text.push_back(static_cast<char>(std::stoi(line.substr(i, 2), nullptr, 16)));
+        std::vector<size_t> want;
+        std::istringstream ends(line.substr(t2 + 1));
+        for (size_t e; ends >> e;) want.push_back(e);
+        auto &pt = pts[family];
+        if (!pt) {
+            auto r = PreTokenizer::create(family);
+            ASSERT_TRUE(r.ok()) << r.status().message();
+            pt = std::move(r.value());
+            ASSERT_EQ(pt->family(), family);
+        }
+        ++n_lines[family];
+        std::vector<std::string_view> pieces;
+        pt->split(text, &pieces);
+        std::vector<size_t> got;
+        for (std::string_view p : pieces) got.push_back(static_cast<size_t>(p.data() + p.size() - text.data()));
+        if (got != want && ++n_bad <= 10) ADD_FAILURE() << family << ": text '" << text << "'";
+    }
+    EXPECT_EQ(n_bad, 0);
+    for (const char *f : {"gpt2", "llama3", "qwen2", "smollm"}) EXPECT_GE(n_lines[f], 300) << f;
+}
+
+TEST(TokenizerPretok, UnknownNameFallsBackToGpt2) {
+    auto r = PreTokenizer::create("some-future-model");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.value()->family(), "gpt2");
+    for (const char *alias : {"llama-bpe", "starcoder", "refact", "default"}) {
+        auto a = PreTokenizer::create(alias);
+        ASSERT_TRUE(a.ok());
+        EXPECT_NE(a.value()->family(), "");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Hand-made vocabularies: behaviour and metadata validation
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// A small byte-level BPE vocabulary: a b c ab abc Ġ <|end|> (control).
+struct TinyBpe {
+    std::vector<std::string> tokens = {"a", "b", "c", "ab", "abc", "\xC4\xA0", "<|end|>"};
+    std::vector<int32_t> types = {1, 1, 1, 1, 1, 1, 3};
+    std::vector<std::string> merges = {"a b", "ab c"};
+    std::string model = "gpt2";
+
+    std::vector<uint8_t> bytes(const std::function<void(GgufWriter &)> &extra = nullptr, bool with_base = true) const {
+        GgufWriter w;
+        w.add_string("general.architecture", "llama");
+        if (with_base) {
+            w.add_string("tokenizer.ggml.model", model);
+            w.add_string_array("tokenizer.ggml.tokens", tokens);
+            w.add_i32_array("tokenizer.ggml.token_type", types);
+            w.add_string_array("tokenizer.ggml.merges", merges);
+            w.add_string("tokenizer.ggml.pre", "gpt2");
+            w.add_u32("tokenizer.ggml.eos_token_id", 6);
+        }
+        if (extra) extra(w);
+        return w.to_bytes();
+    }
+};
+
+// Loads a tokenizer from bytes; returns its error message ("" on success).
+std::string load_error(const std::vector<uint8_t> &bytes) {
+    auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+    if (!f.ok()) return "gguf: " + f.status().message();
+    auto t = Tokenizer::from_gguf(*f.value());
+    return t.ok() ? "" : t.status().message();
+}
+
+}  // namespace
+
+TEST(TokenizerTiny, BpeMergesByRankAndDropsUnknownBytes) {
+    const TinyBpe v;
+    const auto bytes = v.bytes();
+    auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    auto t = Tokenizer::from_gguf(*f.value());
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    const Tokenizer &tok = *t.value();
+    // "abc" -> a b c -> ab c -> abc; " ab" -> Ġ a b -> Ġ ab.
+    EXPECT_EQ(tok.encode("abc ab", false, false), (std::vector<int32_t>{4, 5, 3}));
+    // 'd' has no token: it is dropped before merging (HF BPE without an unk
+    // token), so its neighbours still merge.
+    EXPECT_EQ(tok.encode("adbc", false, false), (std::vector<int32_t>{4}));
+    EXPECT_EQ(tok.encode("ba", false, false), (std::vector<int32_t>{1, 0}));
+    EXPECT_EQ(tok.encode("c<|end|>", false, true), (std::vector<int32_t>{2, 6}));
+    EXPECT_EQ(tok.encode("", false, true), std::vector<int32_t>{});
+    EXPECT_TRUE(tok.is_eog(6));
+    EXPECT_FALSE(tok.add_bos());
+    EXPECT_EQ(tok.decode({4, 5, 3, 6}, true), "abc ab");
+    EXPECT_EQ(tok.decode({4, 6}, false), "abc<|end|>");
+}
+
+TEST(TokenizerTiny, BadMetadataGivesClearErrors) {
+    const TinyBpe v;
+    ASSERT_EQ(load_error(v.bytes()), "");
+    struct Case {
+        const char *what;
+        std::vector<uint8_t> bytes;
+        const char *expect;  // substring of the error
+    };
+    TinyBpe wrong_model = v;
+    wrong_model.model = "wordpiece";
+    TinyBpe bad_merge = v;
+    bad_merge.merges.push_back("a zz");
+    TinyBpe no_space = v;
+    no_space.merges.push_back("abc");
+    TinyBpe bad_type = v;
+    bad_type.types[2] = 9;
+    TinyBpe short_types = v;
+    short_types.types.pop_back();
+    TinyBpe empty = v;
+    empty.tokens.clear();
+    empty.types.clear();
+    empty.merges.clear();
+    const std::vector<Case> cases = {
+        {"no tokenizer at all", v.bytes(nullptr, false), "tokenizer.ggml.model"},
+        {"unsupported model", wrong_model.bytes(), "wordpiece"},
+        {"merge with unknown token", bad_merge.bytes(), "zz"},
+        {"merge without separator", no_space.bytes(), "tokenizer.ggml.merges[2]"},
+        {"token type out of range", bad_type.bytes(), "token_type[2]"},
+        {"token types shorter than tokens", short_types.bytes(), "tokenizer.ggml.token_type"},
+        {"empty vocabulary", empty.bytes(), "empty"},
+        {"scores of the wrong length",
+         v.bytes([](GgufWriter &w) { w.add_f32_array("tokenizer.ggml.scores", {0.5f, 1.5f}); }),
+         "tokenizer.ggml.scores"},
+        {"NaN score", v.bytes([](GgufWriter &w) {
+             std::vector<float> s(7, 0.25f);
+             s[3] = std::nanf("");
+             w.add_f32_array("tokenizer.ggml.scores", s);
+         }),
+         "tokenizer.ggml.scores[3]"},
+        {"bos id out of range", v.bytes([](GgufWriter &w) { w.add_u32("tokenizer.ggml.bos_token_id", 7); }),
+         "bos_token_id"},
+        {"negative unk id", v.bytes([](GgufWriter &w) { w.add_i32("tokenizer.ggml.unknown_token_id", -5); }),
+         "unknown_token_id"},
+        {"add_bos_token not a bool",
+         v.bytes([](GgufWriter &w) { w.add_string("tokenizer.ggml.add_bos_token", "yes"); }), "add_bos_token"},
+        {"add_bos without a bos id",
+         v.bytes([](GgufWriter &w) { w.add_bool("tokenizer.ggml.add_bos_token", true); }), "bos_token_id"},
+        {"tokens not strings",
+         [] {
+             GgufWriter w;
+             w.add_string("tokenizer.ggml.model", "llama");
+             w.add_i32_array("tokenizer.ggml.tokens", {1, 2, 3});
+             return w.to_bytes();
+         }(),
+         "tokenizer.ggml.tokens"},
+        {"token types not integers",
+         [] {
+             GgufWriter w;
+             w.add_string("tokenizer.ggml.model", "llama");
+             w.add_string_array("tokenizer.ggml.tokens", {"<unk>", "a"});
+             w.add_f32_array("tokenizer.ggml.token_type", {1.0f, 1.0f});
+             return w.to_bytes();
+         }(),
+         "tokenizer.ggml.token_type"},
+        {"gpt2 without merges",
+         [] {
+             GgufWriter w;
+             w.add_string("tokenizer.ggml.model", "gpt2");
+             w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
+             return w.to_bytes();
+         }(),
+         "tokenizer.ggml.merges"},
+    };
+    for (const Case &c : cases) {
+        const std::string err = load_error(c.bytes);
+        EXPECT_NE(err, "") << c.what << ": loaded without error";
+        EXPECT_NE(err.find(c.expect), std::string::npos) << c.what << ": error '" << err << "' lacks '" << c.expect << "'";
+    }
+}
+
+TEST(TokenizerTiny, SpmScoresDecideMergeOrder) {
+    // "abc": a+b scores higher than b+c, so a b c -> ab c -> (no abc) -> ab, c.
+    // With bc scored higher it becomes a, bc. Missing 'z' falls back to <0x7A>.
+    auto build = [](float ab, float bc) {
+        GgufWriter w;
+        w.add_string("tokenizer.ggml.model", "llama");
+        std::vector<std::string> toks = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "ab", "bc", "<0x7A>"};
+        w.add_string_array("tokenizer.ggml.tokens", toks);
+        w.add_f32_array("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -2, -2, ab, bc, 0});
+        w.add_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1, 1, 6});
+        w.add_bool("tokenizer.ggml.add_space_prefix", false);
+        return w.to_bytes();
+    };
+    for (const auto &[ab, bc, want] : {std::tuple{-0.5f, -0.9f, std::vector<int32_t>{1, 7, 6, 9}},
+                                       std::tuple{-0.9f, -0.5f, std::vector<int32_t>{1, 4, 8, 9}}}) {
+        const auto bytes = build(ab, bc);
+        auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+        ASSERT_TRUE(f.ok()) << f.status().message();
+        auto t = Tokenizer::from_gguf(*f.value());
+        ASSERT_TRUE(t.ok()) << t.status().message();
+        EXPECT_TRUE(t.value()->add_bos());  // SPM default
+        EXPECT_EQ(t.value()->encode("abcz", true, false), want);
+        EXPECT_EQ(t.value()->decode(want, true), "abcz");
+    }
 }

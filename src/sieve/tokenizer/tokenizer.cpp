@@ -3,7 +3,8 @@
 #include "sieve/tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cmath>
+#include <cstdio>
 
 #include "sieve/core/log.h"
 #include "sieve/tokenizer/pretokenizer.h"
@@ -89,6 +90,13 @@ private:
             if (t_.scores_.size() != n) {
                 return Status::errorf("tokenizer.ggml.scores: %zu entries, expected one per token (%zu)",
                                       t_.scores_.size(), n);
+            }
+            for (size_t i = 0; i < n; ++i) {
+                // Merges are ordered by score; NaN has no order.
+                if (!std::isfinite(t_.scores_[i])) {
+                    return Status::errorf("tokenizer.ggml.scores[%zu] = %g; expected a finite number", i,
+                                          static_cast<double>(t_.scores_[i]));
+                }
             }
         }
         t_.attrs_.assign(n, TokenAttr::normal);
