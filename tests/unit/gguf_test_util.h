@@ -53,8 +53,10 @@ struct TinyModel {
 inline sieve::GgufWriter make_tiny_model(const TinyModel &m, uint32_t seed) {
     using sieve::GgmlType;
     sieve::GgufWriter w;
+    // Raw mt19937 output (fully specified by the standard, unlike the
+    // distributions) keeps generated files byte-identical across toolchains.
     std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uni(-0.5f, 0.5f);
+    auto uni = [&rng] { return static_cast<float>(rng() >> 8) * (1.0f / 16777216.0f) - 0.5f; };
     const std::string a = m.arch;
     auto key = [&](const std::string &k) { return m.skip_keys.count(k) == 0; };
     if (key("general.architecture")) w.add_string("general.architecture", a);
@@ -86,7 +88,7 @@ inline sieve::GgufWriter make_tiny_model(const TinyModel &m, uint32_t seed) {
         const GgmlType type = is_norm ? GgmlType::F32 : m.weight_type;
         std::vector<uint8_t> data;
         for (int64_t k = 0; k < n; ++k) {
-            const float v = is_norm ? 1.0f + 0.1f * uni(rng) : uni(rng);
+            const float v = is_norm ? 1.0f + 0.1f * uni() : uni();
             if (type == GgmlType::F32) append(&data, v);
             else append(&data, sieve::fp32_to_fp16(v));
         }

@@ -2,11 +2,15 @@
 // each broken in one way, checking the error names what is wrong.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <string>
 #include <sys/stat.h>
 
-#include "gguf_test_util.h"
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+
+#include "gguf_broken_corpus.h"
 #include "sieve/model/config.h"
 
 using namespace sieve;
@@ -229,4 +233,46 @@ TEST(ModelConfig, ErrorsNameTheProblem) {
         if (*name == "output_norm.weight") ne->push_back(1);
     };
     EXPECT_HAS(config_error(m), "tensor 'output_norm.weight': expected [16], got [16, 1]");
+}
+
+// The committed corpus: each file equals what the generator makes today, is
+// listed in expected.txt, and fails (at the stage the manifest says) with the
+// expected message when opened from disk.
+TEST(BrokenCorpus, CommittedFilesFailWithTheirMessages) {
+    const std::string dir = std::string(SIEVE_TEST_DATA) + "/gguf_broken";
+    std::ifstream manifest(dir + "/expected.txt");
+    ASSERT_TRUE(manifest.good()) << "missing " << dir << "/expected.txt";
+    std::map<std::string, std::pair<std::string, std::string>> listed;  // name -> (stage, expect)
+    std::string line;
+    while (std::getline(manifest, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        const size_t t1 = line.find('\t'), t2 = line.find('\t', t1 + 1);
+        ASSERT_NE(t2, std::string::npos) << "bad manifest line: " << line;
+        listed[line.substr(0, t1)] = {line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)};
+    }
+    const std::vector<gguf_test::BrokenCase> cases = gguf_test::make_broken_corpus();
+    EXPECT_GE(cases.size(), 25u);
+    EXPECT_EQ(listed.size(), cases.size()) << "regenerate with make_broken_gguf";
+    for (const gguf_test::BrokenCase &c : cases) {
+        SCOPED_TRACE(c.name);
+        ASSERT_TRUE(listed.count(c.name)) << "not in expected.txt: regenerate with make_broken_gguf";
+        EXPECT_EQ(listed[c.name].first, c.stage);
+        EXPECT_EQ(listed[c.name].second, c.expect);
+        std::ifstream in(dir + "/" + c.name, std::ios::binary);
+        const std::vector<uint8_t> on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        EXPECT_TRUE(on_disk == c.bytes) << "committed file differs from the generator: regenerate";
+
+        auto f = GgufFile::open(dir + "/" + c.name);
+        std::string err;
+        if (c.stage == "gguf") {
+            ASSERT_FALSE(f.ok()) << "the reader accepted a broken file";
+            err = f.status().message();
+        } else {
+            ASSERT_TRUE(f.ok()) << f.status().message();
+            auto cfg = ModelConfig::from_gguf(*f.value());
+            ASSERT_FALSE(cfg.ok()) << "the config check accepted a broken model";
+            err = cfg.status().message();
+        }
+        EXPECT_HAS(err, c.expect);
+    }
 }

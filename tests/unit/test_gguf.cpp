@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf_test_util.h"
+#include "gguf_broken_corpus.h"
 #include "sieve/gguf/gguf.h"
 
 using namespace sieve;
@@ -419,4 +419,22 @@ TEST(GgufReader, ParsesTheTinyModel) {
     ASSERT_TRUE(emb);
     EXPECT_EQ(emb->ne[1], 512);
     EXPECT_EQ(f.data_offset() % f.alignment(), 0u);
+}
+
+// Every reader-level case of the broken corpus fails from memory too, with
+// the buffer exactly the file's size so ASan catches any overread.
+TEST(GgufReader, BrokenCorpusFromMemory) {
+    int n_gguf = 0;
+    for (const gguf_test::BrokenCase &c : gguf_test::make_broken_corpus()) {
+        SCOPED_TRACE(c.name);
+        auto r = GgufFile::from_memory(c.bytes.data(), c.bytes.size());
+        if (c.stage != "gguf") {
+            EXPECT_TRUE(r.ok()) << r.status().message();
+            continue;
+        }
+        ++n_gguf;
+        ASSERT_FALSE(r.ok());
+        EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+    }
+    EXPECT_GE(n_gguf, 25);
 }

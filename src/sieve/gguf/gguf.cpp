@@ -329,11 +329,13 @@ Status GgufFile::parse() {
     SIEVE_TRY(c.u64(&n_kv, "n_kv"));
     if (n_kv > c.left() / k_min_kv_bytes)
         return Status::errorf("n_kv = %" PRIu64 " is impossible: %" PRIu64
-                              " bytes are left after the header and each key/value takes at least %" PRIu64,
+                              " bytes are left after the header and each key/value takes at least %" PRIu64
+                              " — the count is corrupt or the file is truncated",
                               n_kv, c.left(), k_min_kv_bytes);
     if (n_tensors > c.left() / k_min_tensor_info_bytes)
         return Status::errorf("n_tensors = %" PRIu64 " is impossible: %" PRIu64
-                              " bytes are left after the header and each tensor info takes at least %" PRIu64,
+                              " bytes are left after the header and each tensor info takes at least %" PRIu64
+                              " — the count is corrupt or the file is truncated",
                               n_tensors, c.left(), k_min_tensor_info_bytes);
 
     // 3. key/value pairs
