@@ -1,0 +1,65 @@
+#include "sieve/cli/args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace sieve::cli {
+
+Result<int64_t> parse_int(const std::string &flag, const std::string &text, int64_t min, int64_t max) {
+    errno = 0;
+    char *end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
+        return Status::errorf("%s: expected an integer, got '%s'", flag.c_str(), text.c_str());
+    if (v < min || v > max)
+        return Status::errorf("%s: expected an integer in [%lld, %lld], got %lld", flag.c_str(),
+                              static_cast<long long>(min), static_cast<long long>(max), v);
+    return static_cast<int64_t>(v);
+}
+
+Result<float> parse_float(const std::string &flag, const std::string &text) {
+    errno = 0;
+    char *end = nullptr;
+    const float v = std::strtof(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+        return Status::errorf("%s: expected a number, got '%s'", flag.c_str(), text.c_str());
+    return v;
+}
+
+bool ArgCursor::next(std::string *flag) {
+    if (++i_ >= argc_) return false;
+    const std::string arg = argv_[i_];
+    has_inline_ = false;
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+        flag_ = arg.substr(0, eq);
+        inline_value_ = arg.substr(eq + 1);
+        has_inline_ = true;
+    } else {
+        flag_ = arg;
+    }
+    *flag = flag_;
+    return true;
+}
+
+Result<std::string> ArgCursor::value(const std::string &form) {
+    if (has_inline_) {
+        has_inline_ = false;
+        return inline_value_;
+    }
+    if (i_ + 1 >= argc_)
+        return Status::errorf("%s: expected %s after it, got nothing", flag_.c_str(), form.c_str());
+    return std::string(argv_[++i_]);
+}
+
+std::string model_cache_dir() {
+    if (const char *c = std::getenv("SIEVE_CACHE"); c && *c) return c;
+    if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/sieve";
+    const char *home = std::getenv("HOME");
+    return std::string(home && *home ? home : ".") + "/.cache/sieve";
+}
+
+std::string default_model_path() { return model_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+}  // namespace sieve::cli

@@ -1,0 +1,52 @@
+// Command-line helpers shared by the subcommands: strict number parsing with
+// messages that name the flag and the expected form, a cursor over argv that
+// understands both "--flag value" and "--flag=value", and where the default
+// model lives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sieve/core/status.h"
+
+namespace sieve::cli {
+
+// Exit status for a command line that cannot be used (unknown flag, bad value).
+constexpr int k_exit_usage = 2;
+// Exit status for everything else that fails (missing file, bad model, ...).
+constexpr int k_exit_error = 1;
+
+// Whole-string parses; the error names `flag`, the expected form and the text given.
+Result<int64_t> parse_int(const std::string &flag, const std::string &text, int64_t min, int64_t max);
+Result<float> parse_float(const std::string &flag, const std::string &text);
+
+// Walks argv[1 ..]. For each flag, next() yields it; a flag taking a value
+// then calls value(), which consumes "--flag=VALUE" or the following argument.
+class ArgCursor {
+public:
+    ArgCursor(int argc, char **argv) : argc_(argc), argv_(argv) {}
+    // False when no arguments remain; otherwise *flag is the next one (the part
+    // before '=' for "--long=value" forms).
+    bool next(std::string *flag);
+    // The value of the current flag; an error naming the flag and `form` (e.g.
+    // "an integer", "a file path") when there is none.
+    Result<std::string> value(const std::string &form);
+    // Error for a value-less flag given "=value".
+    bool has_inline_value() const { return has_inline_; }
+
+private:
+    int argc_;
+    char **argv_;
+    int i_ = 0;
+    std::string flag_;
+    std::string inline_value_;
+    bool has_inline_ = false;
+};
+
+// Cache folder for models: $SIEVE_CACHE, else $XDG_CACHE_HOME/sieve, else
+// $HOME/.cache/sieve — the same rule as scripts/fetch_model.sh.
+std::string model_cache_dir();
+// The default model file, SmolLM2-135M-Instruct Q4_1, inside model_cache_dir().
+std::string default_model_path();
+
+}  // namespace sieve::cli
