@@ -11,6 +11,14 @@ float64 (`--dtype float32` halves memory and time when that matters), so the
 reference's own rounding error is far below anything the comparison bounds in
 tests/model allow.
 
+`forward(..., act_q8=True)` (`--act-q8`) models one documented approximation of CPU
+engines instead of the exact math: before a product with a weight stored in
+a 32-element block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), the activations are
+rounded to 8 bits per block of 32 (scale = max|x| / 127, round half to even),
+as ggml's Q8_0 activation path does. The exact and the rounded reference
+together tell how much of a difference to the exact math that rounding
+explains; tests/model uses both.
+
 Supported: `llama` (SmolLM2, stories, Llama 2/3, Mistral) and `qwen2`
 (q/k/v biases); GQA; tied or separate output embedding; RoPE pairs (2i, 2i+1)
 for llama (GGUF converters permute HF's q/k rows for it) and halves
@@ -31,7 +39,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from gguf import GGUFReader
+from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
+
+# Weight formats whose products run against 8-bit activations in act_q8 mode.
+_Q8_ACT_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0}
+_Q8_BLOCK = 32
+
+
+def round_act_q8(x: np.ndarray) -> np.ndarray:
+    """x [n, k] rounded as 8-bit blocks of 32: e = amax / 127, q = rint(x / e), x' = e q (f32 like the engines)."""
+    n, k = x.shape
+    xb = x.astype(np.float32).reshape(n, k // _Q8_BLOCK, _Q8_BLOCK)
+    e = np.abs(xb).max(axis=-1, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1), e, out=np.zeros_like(e), where=e > 0)
+    q = np.rint(xb * inv)
+    return (q.astype(np.float64) * e.astype(np.float64)).reshape(n, k).astype(x.dtype)
 
 
 @dataclass
@@ -94,6 +117,8 @@ class Reference:
 
     def __init__(self, path: str, dtype=np.float64):
         self.dtype = dtype
+        self.act_q8 = False  # set per call by forward()
+        self._q8_ids: set[int] = set()  # id() of weights multiplied against 8-bit activations
         reader = GGUFReader(path)
         arch = _field(reader, "general.architecture")
         if arch not in ("llama", "qwen2"):
@@ -142,7 +167,16 @@ class Reference:
         t = self._tensors[name]
         values = dequantize(t.data, t.tensor_type).astype(self.dtype)
         shape = [int(n) for n in reversed(t.shape)]
-        return values.reshape(shape)
+        w = values.reshape(shape)
+        if t.tensor_type in _Q8_ACT_TYPES:
+            self._q8_ids.add(id(w))
+        return w
+
+    def _linear(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """x [n, k] @ w[m, k]^T, with activations rounded to 8 bits first in act_q8 mode."""
+        if self.act_q8 and id(w) in self._q8_ids:
+            x = round_act_q8(x)
+        return x @ w.T
 
     # ---- building blocks -------------------------------------------------
     def _rmsnorm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -174,9 +208,19 @@ class Reference:
         return [[empty, empty] for _ in range(c.n_layer)]
 
     # ---- forward ---------------------------------------------------------
-    def forward(self, tokens, cache: list) -> np.ndarray:
-        """Runs tokens after what cache holds; returns logits [n, n_vocab] and extends cache."""
+    def forward(self, tokens, cache: list, cb=None, act_q8: bool = False) -> np.ndarray:
+        """Runs tokens after what cache holds; returns logits [n, n_vocab] and extends cache.
+
+        act_q8: round activations to 8 bits before products with 32-block
+        quantized weights (see the module docstring); a cache must not mix modes.
+
+        cb(name, il, array), if given, sees the intermediates under the names
+        sieve's Model uses (attn_norm, q, k, v, kqv_out, attn_out, ffn_inp,
+        ffn_norm, ffn_out, l_out, result_norm), each [n, features].
+        """
         c = self.cfg
+        cb = cb or (lambda name, il, a: None)
+        self.act_q8 = act_q8
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.min() < 0 or tokens.max() >= c.n_vocab:
             raise ValueError(f"token ids must be in [0, {c.n_vocab})")
@@ -189,11 +233,13 @@ class Reference:
         mask = np.arange(n_past + n)[None, :] > pos[:, None]
 
         x = self.tok_embd[tokens]
+        cb("inp_embd", -1, x)
         for il, w in enumerate(self.layers):
             h = self._rmsnorm(x, w["attn_norm"])
-            q = h @ w["attn_q"].T
-            k = h @ w["attn_k"].T
-            v = h @ w["attn_v"].T
+            cb("attn_norm", il, h)
+            q = self._linear(h, w["attn_q"])
+            k = self._linear(h, w["attn_k"])
+            v = self._linear(h, w["attn_v"])
             if c.has_bias:
                 q = q + w["attn_q_bias"]
                 k = k + w["attn_k_bias"]
@@ -201,6 +247,9 @@ class Reference:
             q = self._rope(q.reshape(n, c.n_head, c.head_dim), pos)
             k = self._rope(k.reshape(n, c.n_head_kv, c.head_dim), pos)
             v = v.reshape(n, c.n_head_kv, c.head_dim)
+            cb("q", il, q.reshape(n, -1))
+            cb("k", il, k.reshape(n, -1))
+            cb("v", il, v.reshape(n, -1))
             cache[il][0] = np.concatenate([cache[il][0], k])
             cache[il][1] = np.concatenate([cache[il][1], v])
             keys, vals = cache[il]
@@ -212,29 +261,38 @@ class Reference:
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 att[:, hh, :] = s @ vals[:, g, :]
-            x = x + att.reshape(n, c.n_head * c.head_dim) @ w["attn_output"].T
+            cb("kqv_out", il, att.reshape(n, -1))
+            o = self._linear(att.reshape(n, c.n_head * c.head_dim), w["attn_output"])
+            cb("attn_out", il, o)
+            x = x + o
+            cb("ffn_inp", il, x)
             h = self._rmsnorm(x, w["ffn_norm"])
-            gate = h @ w["ffn_gate"].T
-            up = h @ w["ffn_up"].T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w["ffn_down"].T
+            cb("ffn_norm", il, h)
+            gate = self._linear(h, w["ffn_gate"])
+            up = self._linear(h, w["ffn_up"])
+            o = self._linear(gate / (1.0 + np.exp(-gate)) * up, w["ffn_down"])
+            cb("ffn_out", il, o)
+            x = x + o
+            cb("l_out", il, x)
         x = self._rmsnorm(x, self.out_norm)
-        return x @ self.output.T
+        cb("result_norm", -1, x)
+        return self._linear(x, self.output)
 
-    def logits(self, tokens) -> np.ndarray:
+    def logits(self, tokens, act_q8: bool = False) -> np.ndarray:
         """Logits at every position of a prompt, [n_tokens, n_vocab]."""
-        return self.forward(tokens, self.new_cache())
+        return self.forward(tokens, self.new_cache(), act_q8=act_q8)
 
-    def generate(self, tokens, n_gen: int) -> tuple[list[int], np.ndarray]:
+    def generate(self, tokens, n_gen: int, act_q8: bool = False) -> tuple[list[int], np.ndarray]:
         """Greedy: returns n_gen token ids and the logits each was chosen from [n_gen, n_vocab]."""
         cache = self.new_cache()
-        last = self.forward(tokens, cache)[-1]
+        last = self.forward(tokens, cache, act_q8=act_q8)[-1]
         out, rows = [], []
         for i in range(n_gen):
             tok = int(np.argmax(last))
             out.append(tok)
             rows.append(last)
             if i + 1 < n_gen:
-                last = self.forward([tok], cache)[-1]
+                last = self.forward([tok], cache, act_q8=act_q8)[-1]
         return out, np.array(rows)
 
 
@@ -258,18 +316,20 @@ def main(argv=None) -> int:
     ap.add_argument("--logits", help="write logits of every position to this .npy file")
     ap.add_argument("--gen", type=int, default=0, help="greedy-generate this many tokens")
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    ap.add_argument("--act-q8", action="store_true",
+                    help="round activations to 8 bits before products with 32-block quantized weights")
     args = ap.parse_args(argv)
     ids = _parse_tokens(args)
     ref = Reference(args.model, dtype=np.dtype(args.dtype).type)
     print(f"{ref.cfg.arch}: n_vocab={ref.cfg.n_vocab} n_embd={ref.cfg.n_embd} n_layer={ref.cfg.n_layer} "
           f"n_head={ref.cfg.n_head}/{ref.cfg.n_head_kv} head_dim={ref.cfg.head_dim} "
           f"tied={ref.cfg.tied} bias={ref.cfg.has_bias}", file=sys.stderr)
-    logits = ref.logits(ids)
+    logits = ref.logits(ids, act_q8=args.act_q8)
     if args.logits:
         np.save(args.logits, logits.astype(np.float32))
     print("argmax per position:", " ".join(str(int(i)) for i in logits.argmax(axis=1)))
     if args.gen > 0:
-        gen, _ = ref.generate(ids, args.gen)
+        gen, _ = ref.generate(ids, args.gen, act_q8=args.act_q8)
         print("generated:", " ".join(str(t) for t in gen))
     return 0
 

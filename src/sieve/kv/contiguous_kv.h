@@ -1,0 +1,48 @@
+// ContiguousKv: the simplest KvCache. n_seq slots, each with a fixed
+// capacity of n_ctx rows per lane, all in one f32 allocation made up front.
+// No paging, no sharing; reserve() only checks the capacity. It is the store
+// for `sieve run` and the dense baseline the lane stores are tested against.
+//
+// Layout (lane = [n_ctx, head_dim]):
+//   data = [seq][layer][kv_head][K | V][n_ctx][head_dim]
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sieve/core/aligned.h"
+#include "sieve/kv/kv_cache.h"
+
+namespace sieve {
+
+class ContiguousKv final : public KvCache {
+public:
+    // Fails (does not throw) when the sizes overflow or the allocation fails.
+    static Result<std::unique_ptr<ContiguousKv>> create(const KvShape &shape, int64_t n_ctx);
+
+    const KvShape &shape() const override { return shape_; }
+    Status reserve(int seq, int64_t n_tokens) override;
+    int64_t capacity(int seq) const override;
+    float *k_lane(int seq, int64_t layer, int64_t kv_head) override;
+    float *v_lane(int seq, int64_t layer, int64_t kv_head) override;
+    int64_t n_tokens(int seq) const override;
+    void set_n_tokens(int seq, int64_t n) override;
+    void clear(int seq) override;
+
+    int64_t n_ctx() const { return n_ctx_; }
+    int64_t n_bytes() const { return static_cast<int64_t>(data_.size() * sizeof(float)); }
+
+private:
+    ContiguousKv() = default;
+    float *lane(int seq, int64_t layer, int64_t kv_head, int kv);
+    void check_slot(int seq) const;
+
+    KvShape shape_;
+    int64_t n_ctx_ = 0;
+    int64_t lane_elems_ = 0;  // n_ctx * head_dim
+    AlignedBuffer<float> data_;
+    std::vector<int64_t> n_tokens_;  // per slot
+};
+
+}  // namespace sieve

@@ -1,0 +1,551 @@
+#include "sieve/kv/vattention_kv.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "sieve/core/timer.h"
+
+namespace sieve {
+
+namespace {
+
+constexpr int k_reserve_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+// Address space we are willing to reserve for lanes: half of a 47-bit user space.
+constexpr int64_t k_max_reserve_bytes = int64_t{1} << 46;
+
+Status mmap_error(const char *what, int64_t bytes) {
+    const int err = errno;
+    return Status::errorf("KV lanes: %s of %lld bytes failed: %s%s", what, static_cast<long long>(bytes),
+                          std::strerror(err),
+                          err == ENOMEM ? " (too many mappings? raise vm.max_map_count or use larger KV pages)"
+                                        : "");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOptions &opt) {
+    const KvShape &s = opt.shape;
+    if (s.n_seq < 1 || s.n_layer < 1 || s.n_head_kv < 1 || s.head_dim < 1 || opt.max_ctx < 1 ||
+        opt.headroom_pages < 0) {
+        return Status::errorf("KV lanes: n_seq = %d, n_layer = %lld, n_head_kv = %lld, head_dim = %lld, max_ctx = "
+                              "%lld, headroom = %lld; all must be >= 1 (headroom >= 0)",
+                              s.n_seq, static_cast<long long>(s.n_layer), static_cast<long long>(s.n_head_kv),
+                              static_cast<long long>(s.head_dim), static_cast<long long>(opt.max_ctx),
+                              static_cast<long long>(opt.headroom_pages));
+    }
+    auto pool = PagePool::create(opt.pool);
+    if (!pool.ok()) return pool.status();
+    std::unique_ptr<VAttentionKv> kv(new VAttentionKv());
+    kv->shape_ = s;
+    kv->max_ctx_ = opt.max_ctx;
+    kv->headroom_ = opt.headroom_pages;
+    kv->pool_ = std::move(pool.value());
+    const int64_t pb = kv->pool_->page_bytes();
+    kv->row_bytes_ = s.head_dim * static_cast<int64_t>(sizeof(float));
+    const int64_t n_lanes = static_cast<int64_t>(s.n_seq) * s.n_layer * s.n_head_kv * 2;
+    int64_t lane_bytes = 0, total = 0;
+    if (__builtin_mul_overflow(opt.max_ctx, kv->row_bytes_, &lane_bytes) || lane_bytes > k_max_reserve_bytes ||
+        __builtin_mul_overflow((lane_bytes + pb - 1) / pb * pb, n_lanes, &total) || total > k_max_reserve_bytes) {
+        return Status::errorf("KV lanes: %lld lanes of %lld rows x %lld bytes exceed the address space we reserve "
+                              "(%lld GiB); lower the context size or the number of sequences",
+                              static_cast<long long>(n_lanes), static_cast<long long>(opt.max_ctx),
+                              static_cast<long long>(kv->row_bytes_),
+                              static_cast<long long>(k_max_reserve_bytes >> 30));
+    }
+    kv->span_ = (lane_bytes + pb - 1) / pb * pb;
+    // One reservation for every lane, a scratch page for copy on write, and
+    // slack to align the base to the page size (huge pages need it).
+    kv->region_bytes_ = total + 2 * pb;
+    void *r = mmap(nullptr, static_cast<size_t>(kv->region_bytes_), PROT_NONE, k_reserve_flags, -1, 0);
+    if (r == MAP_FAILED) return mmap_error("reserving the lane address space", kv->region_bytes_);
+    kv->region_ = static_cast<char *>(r);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(kv->region_);
+    kv->base_ = reinterpret_cast<char *>((a + static_cast<uintptr_t>(pb) - 1) / static_cast<uintptr_t>(pb) *
+                                         static_cast<uintptr_t>(pb));
+    kv->scratch_ = kv->base_ + total;
+    kv->lanes_.resize(static_cast<size_t>(n_lanes));
+    kv->n_tokens_.assign(static_cast<size_t>(s.n_seq), 0);
+    return kv;
+}
+
+VAttentionKv::~VAttentionKv() {
+    if (region_) munmap(region_, static_cast<size_t>(region_bytes_));
+}
+
+void VAttentionKv::check_slot(int seq) const {
+    SIEVE_CHECKF(seq >= 0 && seq < shape_.n_seq, "KV slot %d out of [0, %d)", seq, shape_.n_seq);
+}
+
+size_t VAttentionKv::lane_index(int seq, int64_t layer, int64_t kv_head, int kv) const {
+    check_slot(seq);
+    SIEVE_CHECKF(layer >= 0 && layer < shape_.n_layer && kv_head >= 0 && kv_head < shape_.n_head_kv,
+                 "KV lane (layer %lld, kv head %lld) out of [%lld, %lld)", static_cast<long long>(layer),
+                 static_cast<long long>(kv_head), static_cast<long long>(shape_.n_layer),
+                 static_cast<long long>(shape_.n_head_kv));
+    return static_cast<size_t>(((static_cast<int64_t>(seq) * shape_.n_layer + layer) * shape_.n_head_kv + kv_head) *
+                                   2 +
+                               kv);
+}
+
+int64_t VAttentionKv::pages_for_rows(int64_t rows) const {
+    const int64_t pb = pool_->page_bytes();
+    return (rows * row_bytes_ + pb - 1) / pb;
+}
+
+int64_t VAttentionKv::rows_in_pages(int64_t n_pages) const {
+    return std::min(max_ctx_, n_pages * pool_->page_bytes() / row_bytes_);
+}
+
+// ---------------------------------------------------------------------------
+// Pages: allocation with on-demand reclamation, mapping, unmapping, copy on write
+// ---------------------------------------------------------------------------
+
+Result<int32_t> VAttentionKv::alloc_page(int except_seq) {
+    if (pool_->n_free() == 0 && except_seq >= -1) reclaim(1, except_seq);
+    return pool_->alloc();
+}
+
+// Unmaps pages no lane needs — beyond each lane's rows — from slots other than
+// except_seq: idle slots first (deferred reclamation), then headroom of
+// running ones. Stops once the pool has `want` free pages.
+int64_t VAttentionKv::reclaim(int64_t want, int except_seq) {
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    int64_t n = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int seq = 0; seq < shape_.n_seq; ++seq) {
+            if (seq == except_seq || (pass == 0 && n_tokens_[static_cast<size_t>(seq)] != 0)) continue;
+            for (int64_t i = 0; i < lanes_per_seq; ++i) {
+                if (pool_->n_free() >= want) return n;
+                const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
+                const int64_t keep = pages_for_rows(lanes_[l].rows);
+                const int64_t have = static_cast<int64_t>(lanes_[l].pages.size());
+                if (have > keep) {
+                    n += have - keep;
+                    shrink_lane(l, keep);
+                }
+            }
+        }
+    }
+    stats_.n_reclaimed_pages += n;
+    return n;
+}
+
+// Maps lane pages [j0, j0 + n) (already in lane.pages) into the lane's range.
+// Runs of consecutive pool pages go in one mmap (one VMA). On failure the
+// pages from the failing run on are dropped from the lane and released.
+Status VAttentionKv::map_range(size_t lane, int64_t j0, int64_t n, bool in_reserve) {
+    Lane &ln = lanes_[lane];
+    const int64_t pb = pool_->page_bytes();
+    for (int64_t j = j0; j < j0 + n;) {
+        int64_t run = 1;
+        while (j + run < j0 + n && ln.pages[static_cast<size_t>(j + run)] == ln.pages[static_cast<size_t>(j)] + run)
+            ++run;
+        const int64_t t0 = time_us();
+        void *r = mmap(lane_addr(lane) + j * pb, static_cast<size_t>(run * pb), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_FIXED | MAP_POPULATE, pool_->fd(),
+                       pool_->file_offset(ln.pages[static_cast<size_t>(j)]));
+        const int64_t dt = time_us() - t0;
+        stats_.map_us += dt;
+        ++stats_.n_map_calls;
+        if (in_reserve) {
+            stats_.map_us_reserve += dt;
+            ++stats_.n_map_calls_reserve;
+        }
+        if (r == MAP_FAILED) {
+            Status st = mmap_error("mapping KV pages", run * pb);
+            // Put the reservation back from the failed run to the lane's end
+            // and drop those pages.
+            mmap(lane_addr(lane) + j * pb, (ln.pages.size() - static_cast<size_t>(j)) * static_cast<size_t>(pb),
+                 PROT_NONE, k_reserve_flags | MAP_FIXED, -1, 0);
+            for (size_t k = static_cast<size_t>(j); k < ln.pages.size(); ++k) pool_->release(ln.pages[k]);
+            n_mapped_ -= static_cast<int64_t>(ln.pages.size()) - j;
+            ln.pages.resize(static_cast<size_t>(j));
+            return st;
+        }
+        stats_.n_pages_mapped += run;
+        j += run;
+    }
+    return Status();
+}
+
+// Makes the lane hold at least need pages; when it must map, it maps up to
+// target pages (headroom, best effort). except_seq's own pages are never
+// reclaimed for it; except_seq < -1 means: do not reclaim at all.
+Status VAttentionKv::grow_lane(size_t lane, int64_t need, int64_t target, int except_seq, bool in_reserve) {
+    Lane &ln = lanes_[lane];
+    const int64_t have = static_cast<int64_t>(ln.pages.size());
+    if (need <= have) return Status();
+    target = std::min(std::max(need, target), span_ / pool_->page_bytes());
+    for (int64_t j = have; j < target; ++j) {
+        auto p = alloc_page(except_seq);
+        if (!p.ok()) {
+            if (j >= need) break;  // headroom is best effort
+            for (size_t k = static_cast<size_t>(have); k < ln.pages.size(); ++k) pool_->release(ln.pages[k]);
+            ln.pages.resize(static_cast<size_t>(have));
+            return p.status();
+        }
+        ln.pages.push_back(*p);
+    }
+    const int64_t added = static_cast<int64_t>(ln.pages.size()) - have;
+    n_mapped_ += added;
+    return map_range(lane, have, added, in_reserve);
+}
+
+// Unmaps lane pages [keep_pages, end) by re-reserving that address range, and
+// drops the lane's references to them.
+void VAttentionKv::shrink_lane(size_t lane, int64_t keep_pages) {
+    Lane &ln = lanes_[lane];
+    const int64_t have = static_cast<int64_t>(ln.pages.size());
+    if (have <= keep_pages) return;
+    const int64_t pb = pool_->page_bytes();
+    void *r = mmap(lane_addr(lane) + keep_pages * pb, static_cast<size_t>((have - keep_pages) * pb), PROT_NONE,
+                   k_reserve_flags | MAP_FIXED, -1, 0);
+    // Replacing the tail of a lane with the reservation it came from only
+    // merges mappings; a failure here means the address space is corrupt.
+    SIEVE_CHECKF(r != MAP_FAILED, "re-reserving %lld KV pages failed: %s", static_cast<long long>(have - keep_pages),
+                 std::strerror(errno));
+    ++stats_.n_unmap_calls;
+    stats_.n_pages_unmapped += have - keep_pages;
+    for (int64_t j = keep_pages; j < have; ++j) pool_->release(ln.pages[static_cast<size_t>(j)]);
+    ln.pages.resize(static_cast<size_t>(keep_pages));
+    n_mapped_ -= have - keep_pages;
+}
+
+// Copy on write for lane pages [j0, j1): each page also mapped elsewhere
+// (refcount > 1) is copied into a fresh page through the scratch window,
+// which then replaces it in this lane only.
+Status VAttentionKv::unshare_rows(size_t lane, int64_t row_begin, int64_t row_end, int except_seq) {
+    Lane &ln = lanes_[lane];
+    const int64_t pb = pool_->page_bytes();
+    const int64_t j0 = row_begin * row_bytes_ / pb;
+    const int64_t j1 = std::min<int64_t>(static_cast<int64_t>(ln.pages.size()), pages_for_rows(row_end));
+    for (int64_t j = j0; j < j1; ++j) {
+        const int32_t old = ln.pages[static_cast<size_t>(j)];
+        if (pool_->refcount(old) == 1) continue;
+        auto p = alloc_page(except_seq);
+        if (!p.ok()) return p.status().with_context("copy on write of a shared KV page");
+        if (pool_->refcount(old) == 1) {  // reclaim dropped the other reference
+            pool_->release(*p);
+            continue;
+        }
+        char *dst = lane_addr(lane) + j * pb;
+        void *r = mmap(scratch_, static_cast<size_t>(pb), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                       pool_->fd(), pool_->file_offset(*p));
+        if (r != MAP_FAILED) {
+            std::memcpy(scratch_, dst, static_cast<size_t>(pb));
+            r = mmap(dst, static_cast<size_t>(pb), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+                     pool_->fd(), pool_->file_offset(*p));
+        }
+        if (r == MAP_FAILED) {
+            Status st = mmap_error("copy on write of a shared KV page", pb);
+            pool_->release(*p);
+            return st;
+        }
+        ++stats_.n_map_calls;
+        ++stats_.n_cow_pages;
+        pool_->release(old);
+        ln.pages[static_cast<size_t>(j)] = *p;
+    }
+    return Status();
+}
+
+// ---------------------------------------------------------------------------
+// KvCache
+// ---------------------------------------------------------------------------
+
+Status VAttentionKv::reserve(int seq, int64_t n_tokens) {
+    check_slot(seq);
+    SIEVE_CHECKF(n_tokens >= 0, "reserve(%d, %lld)", seq, static_cast<long long>(n_tokens));
+    if (n_tokens > max_ctx_) {
+        return Status::errorf("KV lanes: sequence slot %d needs %lld tokens, a lane holds at most %lld; shorten the "
+                              "prompt or raise the context size",
+                              seq, static_cast<long long>(n_tokens), static_cast<long long>(max_ctx_));
+    }
+    const int64_t delta = n_tokens - n_tokens_[static_cast<size_t>(seq)];
+    if (delta <= 0) return Status();
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
+        const int64_t rows = lanes_[l].rows;
+        const int64_t need = pages_for_rows(rows + delta);
+        SIEVE_TRY(grow_lane(l, need, need + headroom_, seq, true));
+        SIEVE_TRY(unshare_rows(l, rows, rows + delta, seq));
+    }
+    return Status();
+}
+
+int64_t VAttentionKv::capacity(int seq) const {
+    check_slot(seq);
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    int64_t room = max_ctx_;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
+        room = std::min(room, rows_in_pages(static_cast<int64_t>(ln.pages.size())) - ln.rows);
+    }
+    return n_tokens_[static_cast<size_t>(seq)] + room;
+}
+
+float *VAttentionKv::k_lane(int seq, int64_t layer, int64_t kv_head) {
+    return reinterpret_cast<float *>(lane_addr(lane_index(seq, layer, kv_head, 0)));
+}
+
+float *VAttentionKv::v_lane(int seq, int64_t layer, int64_t kv_head) {
+    return reinterpret_cast<float *>(lane_addr(lane_index(seq, layer, kv_head, 1)));
+}
+
+int64_t VAttentionKv::n_tokens(int seq) const {
+    check_slot(seq);
+    return n_tokens_[static_cast<size_t>(seq)];
+}
+
+void VAttentionKv::set_n_tokens(int seq, int64_t n) {
+    SIEVE_CHECKF(n >= 0 && n <= capacity(seq), "set_n_tokens(%d, %lld): capacity %lld", seq,
+                 static_cast<long long>(n), static_cast<long long>(capacity(seq)));
+    const int64_t delta = n - n_tokens_[static_cast<size_t>(seq)];
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
+        ln.rows = std::max<int64_t>(0, ln.rows + delta);  // a compacted lane rolls back to empty at most
+    }
+    n_tokens_[static_cast<size_t>(seq)] = n;
+}
+
+void VAttentionKv::clear(int seq) {
+    check_slot(seq);
+    n_tokens_[static_cast<size_t>(seq)] = 0;
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
+        lanes_[l].rows = 0;
+        // A cached page that another slot also maps would be copied at the next
+        // write anyway; giving the reference back now frees it sooner.
+        const bool shared = std::any_of(lanes_[l].pages.begin(), lanes_[l].pages.end(),
+                                        [&](int32_t p) { return pool_->refcount(p) > 1; });
+        if (shared) shrink_lane(l, 0);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Per lane
+// ---------------------------------------------------------------------------
+
+int64_t VAttentionKv::lane_n_tokens(int seq, int64_t layer, int64_t kv_head) const {
+    return lanes_[lane_index(seq, layer, kv_head, 0)].rows;
+}
+
+int64_t VAttentionKv::lane_capacity(int seq, int64_t layer, int64_t kv_head) const {
+    const size_t lk = lane_index(seq, layer, kv_head, 0);
+    return std::min(rows_in_pages(static_cast<int64_t>(lanes_[lk].pages.size())),
+                    rows_in_pages(static_cast<int64_t>(lanes_[lk + 1].pages.size())));
+}
+
+Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows) {
+    const size_t lk = lane_index(seq, layer, kv_head, 0);
+    SIEVE_CHECKF(n_rows >= 0, "reserve_lane(%d, %lld, %lld, %lld)", seq, static_cast<long long>(layer),
+                 static_cast<long long>(kv_head), static_cast<long long>(n_rows));
+    if (n_rows > max_ctx_) {
+        return Status::errorf("KV lanes: lane (slot %d, layer %lld, kv head %lld) needs %lld rows, holds at most %lld",
+                              seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
+                              static_cast<long long>(n_rows), static_cast<long long>(max_ctx_));
+    }
+    for (size_t l = lk; l < lk + 2; ++l) {
+        const int64_t rows = lanes_[l].rows;
+        if (n_rows <= rows) continue;
+        const int64_t need = pages_for_rows(n_rows);
+        SIEVE_TRY(grow_lane(l, need, need + headroom_, seq, true));
+        SIEVE_TRY(unshare_rows(l, rows, n_rows, seq));
+    }
+    return Status();
+}
+
+void VAttentionKv::set_lane_n_tokens(int seq, int64_t layer, int64_t kv_head, int64_t n) {
+    const size_t lk = lane_index(seq, layer, kv_head, 0);
+    SIEVE_CHECKF(n >= 0 && n <= lane_capacity(seq, layer, kv_head), "set_lane_n_tokens(%d, %lld, %lld, %lld): "
+                 "capacity %lld", seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
+                 static_cast<long long>(n), static_cast<long long>(lane_capacity(seq, layer, kv_head)));
+    lanes_[lk].rows = lanes_[lk + 1].rows = n;
+}
+
+Status VAttentionKv::compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep) {
+    const size_t lk = lane_index(seq, layer, kv_head, 0);
+    const int64_t rows = lanes_[lk].rows;
+    if (n_keep < 0 || n_keep > rows || (n_keep > 0 && !keep_rows)) {
+        return Status::errorf("KV compact (slot %d, layer %lld, kv head %lld): keeping %lld of %lld rows", seq,
+                              static_cast<long long>(layer), static_cast<long long>(kv_head),
+                              static_cast<long long>(n_keep), static_cast<long long>(rows));
+    }
+    for (int64_t i = 0; i < n_keep; ++i) {
+        if (keep_rows[i] < 0 || keep_rows[i] >= rows || (i > 0 && keep_rows[i] <= keep_rows[i - 1])) {
+            return Status::errorf("KV compact (slot %d, layer %lld, kv head %lld): keep_rows[%lld] = %d; expected "
+                                  "strictly increasing rows in [0, %lld)",
+                                  seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
+                                  static_cast<long long>(i), keep_rows[i], static_cast<long long>(rows));
+        }
+    }
+    int64_t i0 = 0;  // rows before i0 stay where they are
+    while (i0 < n_keep && keep_rows[i0] == i0) ++i0;
+    // Copy shared pages first (both lanes) so a failure leaves the rows untouched.
+    for (size_t l = lk; l < lk + 2; ++l) SIEVE_TRY(unshare_rows(l, i0, n_keep, seq));
+    for (size_t l = lk; l < lk + 2; ++l) {
+        char *a = lane_addr(l);
+        // keep_rows[i] > i for i >= i0, so each source row is read before any
+        // later destination overwrites it.
+        for (int64_t i = i0; i < n_keep; ++i)
+            std::memcpy(a + i * row_bytes_, a + keep_rows[i] * row_bytes_, static_cast<size_t>(row_bytes_));
+        lanes_[l].rows = n_keep;
+        shrink_lane(l, pages_for_rows(n_keep));
+    }
+    return Status();
+}
+
+// ---------------------------------------------------------------------------
+// Sharing
+// ---------------------------------------------------------------------------
+
+Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_tokens) {
+    check_slot(dst_seq);
+    check_slot(src_seq);
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    const size_t d0 = static_cast<size_t>(dst_seq * lanes_per_seq), s0 = static_cast<size_t>(src_seq * lanes_per_seq);
+    bool dst_empty = n_tokens_[static_cast<size_t>(dst_seq)] == 0;
+    int64_t src_rows = max_ctx_;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        dst_empty = dst_empty && lanes_[d0 + static_cast<size_t>(i)].rows == 0;
+        src_rows = std::min(src_rows, lanes_[s0 + static_cast<size_t>(i)].rows);
+    }
+    if (dst_seq == src_seq || !dst_empty || n_tokens < 0 || n_tokens > src_rows) {
+        return Status::errorf("KV share_prefix(dst %d, src %d, %lld tokens): needs two different slots, an empty "
+                              "dst and n_tokens <= %lld rows held by every src lane",
+                              dst_seq, src_seq, static_cast<long long>(n_tokens), static_cast<long long>(src_rows));
+    }
+    const int64_t k = pages_for_rows(n_tokens);
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const size_t ld = d0 + static_cast<size_t>(i), ls = s0 + static_cast<size_t>(i);
+        Lane &dst = lanes_[ld];
+        // dst pages [0, k) are replaced by src's (mmap MAP_FIXED swaps them in
+        // place); the old ones go back to the pool after the mapping.
+        std::vector<int32_t> old(dst.pages.begin(), dst.pages.begin() + std::min<int64_t>(k, dst.pages.size()));
+        if (static_cast<int64_t>(dst.pages.size()) < k) {
+            n_mapped_ += k - static_cast<int64_t>(dst.pages.size());
+            dst.pages.resize(static_cast<size_t>(k));
+        }
+        for (int64_t j = 0; j < k; ++j) {
+            pool_->add_ref(lanes_[ls].pages[static_cast<size_t>(j)]);
+            dst.pages[static_cast<size_t>(j)] = lanes_[ls].pages[static_cast<size_t>(j)];
+        }
+        Status st = map_range(ld, 0, k, false);
+        for (int32_t p : old) pool_->release(p);
+        if (!st.ok()) {
+            release(dst_seq);
+            return st;
+        }
+        dst.rows = n_tokens;
+    }
+    n_tokens_[static_cast<size_t>(dst_seq)] = n_tokens;
+    return Status();
+}
+
+Status VAttentionKv::prepare_write(int seq, int64_t from_row) {
+    check_slot(seq);
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
+        SIEVE_TRY(unshare_rows(l, from_row, max_ctx_, seq));
+    }
+    return Status();
+}
+
+// ---------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------
+
+Status VAttentionKv::map_ahead(int seq) {
+    check_slot(seq);
+    if (n_tokens_[static_cast<size_t>(seq)] == 0) return Status();  // idle: nothing is growing
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
+        // The next row's page plus headroom. Headroom must not take running
+        // slots' pages: never reclaim here.
+        const int64_t have = static_cast<int64_t>(lanes_[l].pages.size());
+        const int64_t want = std::min(pages_for_rows(std::min(max_ctx_, lanes_[l].rows + 1)) + headroom_,
+                                      have + pool_->n_free());
+        SIEVE_TRY(grow_lane(l, want, want, -2, false));
+    }
+    return Status();
+}
+
+void VAttentionKv::release(int seq) {
+    clear(seq);
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) shrink_lane(static_cast<size_t>(seq * lanes_per_seq + i), 0);
+}
+
+int64_t VAttentionKv::trim() {
+    const int64_t free0 = pool_->n_free();
+    for (size_t l = 0; l < lanes_.size(); ++l) shrink_lane(l, pages_for_rows(lanes_[l].rows));
+    return pool_->n_free() - free0;
+}
+
+// ---------------------------------------------------------------------------
+// Accounting
+// ---------------------------------------------------------------------------
+
+int64_t VAttentionKv::lane_mapped_bytes(int seq, int64_t layer, int64_t kv_head) const {
+    const size_t lk = lane_index(seq, layer, kv_head, 0);
+    return static_cast<int64_t>(lanes_[lk].pages.size() + lanes_[lk + 1].pages.size()) * pool_->page_bytes();
+}
+
+int64_t VAttentionKv::seq_mapped_bytes(int seq) const {
+    int64_t b = 0;
+    for (int64_t il = 0; il < shape_.n_layer; ++il)
+        for (int64_t h = 0; h < shape_.n_head_kv; ++h) b += lane_mapped_bytes(seq, il, h);
+    return b;
+}
+
+int64_t VAttentionKv::layer_mapped_bytes(int64_t layer) const {
+    int64_t b = 0;
+    for (int seq = 0; seq < shape_.n_seq; ++seq)
+        for (int64_t h = 0; h < shape_.n_head_kv; ++h) b += lane_mapped_bytes(seq, layer, h);
+    return b;
+}
+
+Status VAttentionKv::check_accounting() const {
+    SIEVE_TRY(pool_->check_accounting());
+    std::vector<int32_t> uses(static_cast<size_t>(pool_->n_pages()), 0);
+    int64_t n = 0;
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+        const Lane &ln = lanes_[l];
+        if (ln.rows < 0 || ln.rows > rows_in_pages(static_cast<int64_t>(ln.pages.size())) ||
+            static_cast<int64_t>(ln.pages.size()) * pool_->page_bytes() > span_) {
+            return Status::errorf("KV lane %zu: %lld rows in %zu pages (span %lld bytes)", l,
+                                  static_cast<long long>(ln.rows), ln.pages.size(), static_cast<long long>(span_));
+        }
+        for (int32_t p : ln.pages) ++uses[static_cast<size_t>(p)];
+        n += static_cast<int64_t>(ln.pages.size());
+    }
+    if (n != n_mapped_ || n != pool_->n_refs()) {
+        return Status::errorf("KV lanes map %lld pages, running total %lld, pool refcounts %lld",
+                              static_cast<long long>(n), static_cast<long long>(n_mapped_),
+                              static_cast<long long>(pool_->n_refs()));
+    }
+    for (int32_t p = 0; p < pool_->n_pages(); ++p) {
+        if (uses[static_cast<size_t>(p)] != pool_->refcount(p))
+            return Status::errorf("KV page %d: mapped by %d lanes, refcount %d", p, uses[static_cast<size_t>(p)],
+                                  pool_->refcount(p));
+    }
+    for (int seq = 0; seq < shape_.n_seq; ++seq) {
+        if (n_tokens_[static_cast<size_t>(seq)] > capacity(seq))
+            return Status::errorf("KV slot %d: n_tokens %lld > capacity %lld", seq,
+                                  static_cast<long long>(n_tokens_[static_cast<size_t>(seq)]),
+                                  static_cast<long long>(capacity(seq)));
+    }
+    return Status();
+}
+
+}  // namespace sieve

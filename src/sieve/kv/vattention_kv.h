@@ -1,0 +1,168 @@
+// VAttentionKv: the vAttention lane store on the CPU (Prabhu et al. 2024,
+// "vAttention: Dynamic Memory Management for Serving LLMs without
+// PagedAttention"). Every lane — one (sequence slot, layer, KV head, K or V) —
+// is a virtual range reserved once for max_ctx rows; physical pages of the
+// PagePool are mapped at its tail as it grows and unmapped as it shrinks.
+// Kernels see a plain contiguous [rows, head_dim] f32 array whose pointer
+// never moves.
+//
+//   virtual:  base ─┬─ lane 0 [ p7 | p2 | p9 | PROT_NONE ............ ]  span bytes
+//                   ├─ lane 1 [ p3 | PROT_NONE ...................... ]
+//                   └─ lane i = ((seq * n_layer + layer) * n_head_kv + head) * 2 + (K=0 | V=1)
+//   lane page j maps pool page pages[j] at base + i * span + j * page_bytes;
+//   rows may straddle pages (row_bytes need not divide page_bytes).
+//
+// Beyond the KvCache contract:
+//   * map-ahead: a lane short of pages maps what it needs plus headroom_pages
+//     more; map_ahead(seq), called between steps, tops the headroom up so the
+//     next steps' reserve() does no mmap at all (stats() counts both);
+//   * deferred reclamation: clear(seq) keeps the slot's private pages mapped
+//     for the next sequence placed in that slot; when the pool runs dry,
+//     cached pages of other slots (idle slots first) are taken back;
+//   * prefix sharing: share_prefix() maps src's pages into dst's lanes
+//     (refcounted); any write goes through reserve()/prepare_write(), which
+//     copies a shared page first (copy on write), so a write through one lane
+//     never shows in another;
+//   * per-lane rows: compact() packs kept rows to the front and unmaps the
+//     freed tail, so lanes of one slot hold different row counts. The slot's
+//     n_tokens() stays the next position; set_n_tokens(seq, n) moves every
+//     lane's row count by the same delta (for dense lanes: to n).
+//
+// Not thread-safe: one thread (the engine's) calls it; kernels only read and
+// write rows through the lane pointers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sieve/kv/kv_cache.h"
+#include "sieve/kv/page_pool.h"
+
+namespace sieve {
+
+struct VAttentionKvOptions {
+    KvShape shape;
+    int64_t max_ctx = 0;          // rows a lane can ever hold (sizes its virtual range)
+    PagePoolOptions pool;
+    int64_t headroom_pages = 1;   // extra pages mapped ahead of a growing lane
+};
+
+// Counters of mapping work, for measuring what lands inside a step.
+struct KvMapStats {
+    int64_t n_map_calls = 0;          // mmap calls that mapped pool pages (any path)
+    int64_t n_map_calls_reserve = 0;  // ... of them made inside reserve()/reserve_lane()
+    int64_t n_unmap_calls = 0;        // tail re-reservations (PROT_NONE)
+    int64_t n_pages_mapped = 0;
+    int64_t n_pages_unmapped = 0;
+    int64_t n_cow_pages = 0;          // pages copied on write
+    int64_t n_reclaimed_pages = 0;    // cached pages taken back from other slots
+    int64_t map_us = 0;               // time in mmap, all paths
+    int64_t map_us_reserve = 0;       // ... inside reserve()/reserve_lane()
+};
+
+class VAttentionKv final : public KvCache {
+public:
+    static Result<std::unique_ptr<VAttentionKv>> create(const VAttentionKvOptions &opt);
+    ~VAttentionKv() override;
+    VAttentionKv(const VAttentionKv &) = delete;
+    VAttentionKv &operator=(const VAttentionKv &) = delete;
+
+    // ---- KvCache ----
+    const KvShape &shape() const override { return shape_; }
+    // Maps pages so every lane can take (n_tokens - n_tokens(seq)) more rows and
+    // un-shares pages those rows touch. Rewriting rows below n_tokens(seq)
+    // needs set_n_tokens() (rollback) or prepare_write() first.
+    Status reserve(int seq, int64_t n_tokens) override;
+    int64_t capacity(int seq) const override;
+    float *k_lane(int seq, int64_t layer, int64_t kv_head) override;
+    float *v_lane(int seq, int64_t layer, int64_t kv_head) override;
+    int64_t n_tokens(int seq) const override;
+    void set_n_tokens(int seq, int64_t n) override;
+    // Forgets the slot; keeps its private pages mapped for the next sequence
+    // in the slot (shared lanes are released at once).
+    void clear(int seq) override;
+
+    // ---- per lane: (seq, layer, kv head) = its K lane and V lane ----
+    int64_t lane_n_tokens(int seq, int64_t layer, int64_t kv_head) const;
+    // Rows the lane can hold before it needs more pages.
+    int64_t lane_capacity(int seq, int64_t layer, int64_t kv_head) const;
+    // Makes rows [lane_n_tokens, n_rows) of the K and V lanes writable.
+    Status reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows);
+    // Precondition: n <= lane_capacity. Does not change the slot's n_tokens().
+    void set_lane_n_tokens(int seq, int64_t layer, int64_t kv_head, int64_t n);
+    // Keeps rows keep_rows[0 .. n_keep) (strictly increasing, < lane_n_tokens)
+    // of the K and V lanes, packed to rows [0, n_keep) in order; unmaps the
+    // pages past the last kept row. Errors (nothing changed) on a bad list.
+    Status compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep);
+
+    // ---- sharing ----
+    // dst (an empty slot, != src) gets rows [0, n_tokens) of every lane of src
+    // by mapping src's pages (no copy); n_tokens(dst) = n_tokens. Needs every
+    // src lane to hold >= n_tokens rows.
+    Status share_prefix(int dst_seq, int src_seq, int64_t n_tokens);
+    // Copies every shared page of seq's lanes that holds rows >= from_row of
+    // that lane, so the slot may rewrite them.
+    Status prepare_write(int seq, int64_t from_row);
+
+    // ---- memory ----
+    // Tops up headroom of seq's lanes; call between steps (off the critical path).
+    Status map_ahead(int seq);
+    // clear() and return every page of the slot to the pool now.
+    void release(int seq);
+    // Returns every page no lane needs (idle slots' caches, headroom) to the
+    // pool; the number of pages freed.
+    int64_t trim();
+
+    // ---- accounting ----
+    const PagePool &pool() const { return *pool_; }
+    int64_t page_bytes() const { return pool_->page_bytes(); }
+    int64_t row_bytes() const { return row_bytes_; }
+    int64_t max_ctx() const { return max_ctx_; }
+    int64_t mapped_pages() const { return n_mapped_; }  // lane pages, shared ones once per lane
+    int64_t lane_mapped_bytes(int seq, int64_t layer, int64_t kv_head) const;  // K + V
+    int64_t seq_mapped_bytes(int seq) const;
+    int64_t layer_mapped_bytes(int64_t layer) const;
+    const KvMapStats &stats() const { return stats_; }
+    void reset_stats() { stats_ = KvMapStats(); }
+    // Recounts pages, refcounts and totals from scratch against the pool.
+    Status check_accounting() const;
+
+private:
+    struct Lane {
+        std::vector<int32_t> pages;  // pool page mapped at lane page j
+        int64_t rows = 0;
+    };
+
+    VAttentionKv() = default;
+    void check_slot(int seq) const;
+    size_t lane_index(int seq, int64_t layer, int64_t kv_head, int kv) const;
+    char *lane_addr(size_t lane) const { return base_ + static_cast<int64_t>(lane) * span_; }
+    int64_t pages_for_rows(int64_t rows) const;
+    int64_t rows_in_pages(int64_t n_pages) const;
+
+    Result<int32_t> alloc_page(int except_seq);
+    int64_t reclaim(int64_t want, int except_seq);
+    Status map_range(size_t lane, int64_t j0, int64_t n, bool in_reserve);
+    Status grow_lane(size_t lane, int64_t need, int64_t target, int except_seq, bool in_reserve);
+    void shrink_lane(size_t lane, int64_t keep_pages);
+    Status unshare_rows(size_t lane, int64_t row_begin, int64_t row_end, int except_seq);
+    Status reserve_impl(int seq, int64_t n_tokens);
+
+    KvShape shape_;
+    int64_t max_ctx_ = 0;
+    int64_t row_bytes_ = 0;
+    int64_t span_ = 0;            // bytes of one lane's virtual range
+    int64_t headroom_ = 1;
+    std::unique_ptr<PagePool> pool_;
+    char *region_ = nullptr;      // whole reservation (unaligned)
+    int64_t region_bytes_ = 0;
+    char *base_ = nullptr;        // lanes start here, page aligned
+    char *scratch_ = nullptr;     // one page of address space for copy on write
+    std::vector<Lane> lanes_;
+    std::vector<int64_t> n_tokens_;  // per slot
+    int64_t n_mapped_ = 0;
+    KvMapStats stats_;
+};
+
+}  // namespace sieve

@@ -1,0 +1,388 @@
+#include "sieve/model/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "sieve/quant/dequant.h"
+
+namespace sieve {
+
+// ============================================================================
+// Loading: bind tensors into the mapping, precompute RoPE frequencies
+// ============================================================================
+
+Result<std::unique_ptr<Model>> Model::load(const GgufFile &file) {
+    std::unique_ptr<Model> m(new Model(file));
+    Result<ModelConfig> cfg = ModelConfig::from_gguf(file);
+    if (!cfg.ok()) return cfg.status();
+    m->cfg_ = std::move(cfg.value());
+    Status st = m->bind();
+    if (!st.ok()) return st.with_context("loading '" + file.path() + "'");
+    return m;
+}
+
+Status Model::bind_matrix(const char *name, int64_t n_rows, int64_t n_cols, cpu::WeightView *out) {
+    const GgufTensor *t = file_.find_tensor(name);
+    if (!t) return Status::errorf("tensor '%s' is missing", name);
+    if (t->n_dims != 2 || t->ne[0] != n_cols || t->ne[1] != n_rows) {
+        return Status::errorf("tensor '%s': expected [%lld, %lld], got [%lld, %lld] (%d dims)", name,
+                              static_cast<long long>(n_cols), static_cast<long long>(n_rows),
+                              static_cast<long long>(t->ne[0]), static_cast<long long>(t->ne[1]), t->n_dims);
+    }
+    const TypeTraits *tt = type_traits(t->type);
+    int64_t row_bytes = 0;
+    if (!tt || !tt->weights_ok || !type_row_bytes(t->type, n_cols, &row_bytes)) {
+        return Status::errorf("tensor '%s': weight type %s is not supported for a %lld-column matrix", name,
+                              type_name(t->type), static_cast<long long>(n_cols));
+    }
+    if (static_cast<uint64_t>(row_bytes) * static_cast<uint64_t>(n_rows) != t->n_bytes) {
+        return Status::errorf("tensor '%s': %llu bytes, expected %lld rows x %lld bytes", name,
+                              static_cast<unsigned long long>(t->n_bytes), static_cast<long long>(n_rows),
+                              static_cast<long long>(row_bytes));
+    }
+    *out = cpu::WeightView{t->type, n_rows, n_cols, row_bytes, t->data};
+    weight_bytes_ += static_cast<int64_t>(t->n_bytes);
+    return Status();
+}
+
+Status Model::bind_vector(const char *name, int64_t n, const float **out) {
+    const GgufTensor *t = file_.find_tensor(name);
+    if (!t) return Status::errorf("tensor '%s' is missing", name);
+    if (t->n_elements() != n || t->ne[0] != n) {
+        return Status::errorf("tensor '%s': expected [%lld], got %lld elements (ne[0] = %lld)", name,
+                              static_cast<long long>(n), static_cast<long long>(t->n_elements()),
+                              static_cast<long long>(t->ne[0]));
+    }
+    int64_t row_bytes = 0;
+    const TypeTraits *tt = type_traits(t->type);
+    if (!tt || !tt->weights_ok || !type_row_bytes(t->type, n, &row_bytes) ||
+        static_cast<uint64_t>(row_bytes) != t->n_bytes) {
+        return Status::errorf("tensor '%s': type %s cannot hold a %lld-element vector", name, type_name(t->type),
+                              static_cast<long long>(n));
+    }
+    weight_bytes_ += static_cast<int64_t>(t->n_bytes);
+    if (t->type == GgmlType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
+        *out = reinterpret_cast<const float *>(t->data);
+        return Status();
+    }
+    // Norm weights and biases are tiny; a converted copy keeps the kernels f32-only.
+    owned_.push_back(std::make_unique<float[]>(static_cast<size_t>(n)));
+    dequantize_row(t->type, t->data, owned_.back().get(), n);
+    *out = owned_.back().get();
+    return Status();
+}
+
+Status Model::bind() {
+    const ModelConfig &c = cfg_;
+    if (c.head_dim % 4 != 0) {
+        return Status::errorf("head_dim = %lld: the attention kernels need a multiple of 4",
+                              static_cast<long long>(c.head_dim));
+    }
+    const std::string arch = model_arch_name(c.arch);
+    const std::string rot_key = arch + ".rope.dimension_count";
+    if (file_.has(rot_key)) {
+        int64_t n_rot = 0;
+        SIEVE_TRY(file_.get_int(rot_key, &n_rot));
+        if (n_rot != c.head_dim) {
+            return Status::errorf("'%s' = %lld but head_dim = %lld: partial rotary embeddings are not supported",
+                                  rot_key.c_str(), static_cast<long long>(n_rot),
+                                  static_cast<long long>(c.head_dim));
+        }
+    }
+
+    SIEVE_TRY(bind_matrix("token_embd.weight", c.n_vocab, c.n_embd, &tok_embd_));
+    SIEVE_TRY(bind_vector("output_norm.weight", c.n_embd, &output_norm_));
+    if (c.tied_embeddings) {
+        output_ = tok_embd_;
+    } else {
+        SIEVE_TRY(bind_matrix("output.weight", c.n_vocab, c.n_embd, &output_));
+    }
+    layers_.resize(static_cast<size_t>(c.n_layer));
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+        LayerWeights &l = layers_[static_cast<size_t>(il)];
+        auto name = [&](const char *suffix) { return strfmt("blk.%lld.%s", static_cast<long long>(il), suffix); };
+        SIEVE_TRY(bind_vector(name("attn_norm.weight").c_str(), c.n_embd, &l.attn_norm));
+        SIEVE_TRY(bind_matrix(name("attn_q.weight").c_str(), c.q_dim(), c.n_embd, &l.wq));
+        SIEVE_TRY(bind_matrix(name("attn_k.weight").c_str(), c.kv_dim(), c.n_embd, &l.wk));
+        SIEVE_TRY(bind_matrix(name("attn_v.weight").c_str(), c.kv_dim(), c.n_embd, &l.wv));
+        SIEVE_TRY(bind_matrix(name("attn_output.weight").c_str(), c.n_embd, c.q_dim(), &l.wo));
+        if (c.has_qkv_bias) {
+            SIEVE_TRY(bind_vector(name("attn_q.bias").c_str(), c.q_dim(), &l.bq));
+            SIEVE_TRY(bind_vector(name("attn_k.bias").c_str(), c.kv_dim(), &l.bk));
+            SIEVE_TRY(bind_vector(name("attn_v.bias").c_str(), c.kv_dim(), &l.bv));
+        }
+        SIEVE_TRY(bind_vector(name("ffn_norm.weight").c_str(), c.n_embd, &l.ffn_norm));
+        SIEVE_TRY(bind_matrix(name("ffn_gate.weight").c_str(), c.n_ff, c.n_embd, &l.w_gate));
+        SIEVE_TRY(bind_matrix(name("ffn_up.weight").c_str(), c.n_ff, c.n_embd, &l.w_up));
+        SIEVE_TRY(bind_matrix(name("ffn_down.weight").c_str(), c.n_embd, c.n_ff, &l.w_down));
+    }
+
+    // RoPE: theta_i = base^(-2i/d), then the model's frequency scaling.
+    const int64_t half = c.head_dim / 2;
+    std::vector<double> freq(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+        freq[static_cast<size_t>(i)] =
+            std::pow(static_cast<double>(c.rope_freq_base), -2.0 * static_cast<double>(i) / c.head_dim);
+    }
+    if (c.rope_scaling.has_freq_factors) {
+        // Llama 3.1+: the converter stores one divisor per frequency.
+        const float *divisors = nullptr;
+        SIEVE_TRY(bind_vector("rope_freqs.weight", half, &divisors));
+        for (int64_t i = 0; i < half; ++i) freq[static_cast<size_t>(i)] /= divisors[i];
+    } else if (c.rope_scaling.llama3) {
+        // Llama 3.1 rope_scaling: long wavelengths divided by factor, short
+        // ones kept, a linear ramp in 1/wavelength between.
+        const RopeScaling &s = c.rope_scaling;
+        const double n_orig = static_cast<double>(s.original_ctx);
+        const double low_wavelen = n_orig / s.low_freq_factor;
+        const double high_wavelen = n_orig / s.high_freq_factor;
+        for (double &f : freq) {
+            const double wavelen = 2.0 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f /= s.factor;
+            } else if (wavelen >= high_wavelen) {
+                const double smooth = (n_orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                f = (1.0 - smooth) * f / s.factor + smooth * f;
+            }
+        }
+    } else if (c.rope_scaling.linear_factor != 1.0f) {
+        // Linear position interpolation: theta = (pos / factor) * freq.
+        for (double &f : freq) f /= c.rope_scaling.linear_factor;
+    }
+    inv_freq_.assign(freq.begin(), freq.end());
+    return Status();
+}
+
+KvShape Model::kv_shape(int n_seq) const { return KvShape{n_seq, cfg_.n_layer, cfg_.n_head_kv, cfg_.head_dim}; }
+
+std::unique_ptr<Workspace> Model::make_workspace(int64_t max_tokens, int64_t max_outputs) const {
+    SIEVE_CHECKF(max_tokens >= 1, "make_workspace: max_tokens = %lld", static_cast<long long>(max_tokens));
+    if (max_outputs <= 0) max_outputs = max_tokens;
+    const ModelConfig &c = cfg_;
+    auto ws = std::make_unique<Workspace>();
+    ws->max_tokens_ = max_tokens;
+    ws->max_outputs_ = max_outputs;
+    const auto sz = [](int64_t a, int64_t b) { return static_cast<size_t>(a * b); };
+    ws->x_.resize(sz(max_tokens, c.n_embd));
+    ws->h_.resize(sz(max_tokens, c.n_embd));
+    ws->q_.resize(sz(max_tokens, c.q_dim()));
+    ws->att_.resize(sz(max_tokens, c.q_dim()));
+    ws->k_.resize(sz(max_tokens, c.kv_dim()));
+    ws->v_.resize(sz(max_tokens, c.kv_dim()));
+    ws->gate_.resize(sz(max_tokens, c.n_ff));
+    ws->up_.resize(sz(max_tokens, c.n_ff));
+    ws->out_x_.resize(sz(max_outputs, c.n_embd));
+    ws->logits_.resize(sz(max_outputs, c.n_vocab));
+    ws->out_ids_.resize(static_cast<size_t>(max_outputs));
+    ws->k_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
+    ws->v_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
+    return ws;
+}
+
+// ============================================================================
+// Forward
+// ============================================================================
+
+namespace {
+
+// The batch as runs of one sequence: [begin, end) in batch order.
+template <class F>
+void for_each_run(const Batch &b, F &&fn) {
+    int64_t begin = 0;
+    for (int64_t i = 1; i <= b.n_tokens; ++i) {
+        if (i == b.n_tokens || b.seq[i] != b.seq[begin]) {
+            fn(begin, i);
+            begin = i;
+        }
+    }
+}
+
+bool wants_logits(const Batch &b, int64_t i) {
+    if (b.want_logits) return b.want_logits[i] != 0;
+    return i + 1 == b.n_tokens || b.seq[i + 1] != b.seq[i];  // last token of its sequence
+}
+
+void add_inplace(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void add_bias(float *x, const float *bias, int64_t n_rows, int64_t n_cols) {
+    for (int64_t t = 0; t < n_rows; ++t) add_inplace(x + t * n_cols, bias, n_cols);
+}
+
+}  // namespace
+
+Status Model::validate(const Batch &b, const KvCache &kv, const Workspace &ws) const {
+    if (b.n_tokens < 1 || b.n_tokens > ws.max_tokens()) {
+        return Status::errorf("batch of %lld tokens, expected 1 ..= %lld (the workspace's max_tokens)",
+                              static_cast<long long>(b.n_tokens), static_cast<long long>(ws.max_tokens()));
+    }
+    SIEVE_CHECKF(b.tokens && b.pos && b.seq, "batch without tokens, pos or seq");
+    const int n_seq = kv.shape().n_seq;
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < b.n_tokens; ++i) {
+        if (b.tokens[i] < 0 || b.tokens[i] >= cfg_.n_vocab) {
+            return Status::errorf("batch token %lld: id %d out of the vocabulary [0, %lld)", static_cast<long long>(i),
+                                  b.tokens[i], static_cast<long long>(cfg_.n_vocab));
+        }
+        if (b.seq[i] < 0 || b.seq[i] >= n_seq) {
+            return Status::errorf("batch token %lld: sequence slot %d out of [0, %d)", static_cast<long long>(i),
+                                  b.seq[i], n_seq);
+        }
+        n_out += wants_logits(b, i) ? 1 : 0;
+    }
+    if (n_out > ws.max_outputs()) {
+        return Status::errorf("batch asks for %lld logits rows, the workspace holds %lld",
+                              static_cast<long long>(n_out), static_cast<long long>(ws.max_outputs()));
+    }
+    Status st;
+    for_each_run(b, [&](int64_t begin, int64_t end) {
+        if (!st.ok()) return;
+        const int s = b.seq[begin];
+        // A sequence must appear as one run: its tokens see each other through the KV.
+        for (int64_t j = 0; j < begin; ++j) {
+            if (b.seq[j] == s) {
+                st = Status::errorf("batch: tokens of sequence %d are not contiguous (at %lld and %lld)", s,
+                                    static_cast<long long>(j), static_cast<long long>(begin));
+                return;
+            }
+        }
+        if (b.pos[begin] < 0 || b.pos[begin] > kv.n_tokens(s)) {
+            st = Status::errorf("batch: sequence %d starts at position %d, its KV holds %lld tokens", s,
+                                b.pos[begin], static_cast<long long>(kv.n_tokens(s)));
+            return;
+        }
+        for (int64_t i = begin + 1; i < end; ++i) {
+            if (b.pos[i] != b.pos[i - 1] + 1) {
+                st = Status::errorf("batch: sequence %d positions not consecutive at token %lld (%d after %d)", s,
+                                    static_cast<long long>(i), b.pos[i], b.pos[i - 1]);
+                return;
+            }
+        }
+    });
+    return st;
+}
+
+void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t il) const {
+    const ModelConfig &c = cfg_;
+    const int64_t hd = c.head_dim;
+    for_each_run(b, [&](int64_t begin, int64_t end) {
+        const int s = b.seq[begin];
+        const int64_t n = end - begin;
+        const int64_t pos0 = b.pos[begin];
+        // Write this run's K/V rows at their positions:
+        //   k_ [t, g, :]  ->  k_lane(s, il, g)[pos0 + t - begin, :]
+        for (int64_t g = 0; g < c.n_head_kv; ++g) {
+            float *kl = kv.k_lane(s, il, g);
+            float *vl = kv.v_lane(s, il, g);
+            for (int64_t t = begin; t < end; ++t) {
+                const int64_t p = pos0 + (t - begin);
+                std::memcpy(kl + p * hd, ws.k_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
+                std::memcpy(vl + p * hd, ws.v_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
+            }
+            ws.k_ptrs_[static_cast<size_t>(g)] = kl;
+            ws.v_ptrs_[static_cast<size_t>(g)] = vl;
+        }
+        cpu::AttnArgs a;
+        a.q = ws.q_.data() + begin * c.q_dim();
+        a.k = ws.k_ptrs_.data();
+        a.v = ws.v_ptrs_.data();
+        a.o = ws.att_.data() + begin * c.q_dim();
+        a.n_q = n;
+        a.n_kv = pos0 + n;
+        a.q_pos0 = pos0;
+        a.n_head = c.n_head;
+        a.n_head_kv = c.n_head_kv;
+        a.head_dim = hd;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        if (n == 1) {
+            cpu::attention_decode(a, pool);
+        } else {
+            cpu::attention_prefill(a, pool);
+        }
+    });
+}
+
+Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &pool) const {
+    SIEVE_TRY(validate(b, kv, ws));
+    const KvShape &ks = kv.shape();
+    SIEVE_CHECKF(ks.n_layer == cfg_.n_layer && ks.n_head_kv == cfg_.n_head_kv && ks.head_dim == cfg_.head_dim,
+                 "KV store shape (%lld layers, %lld kv heads, head_dim %lld) does not match the model",
+                 static_cast<long long>(ks.n_layer), static_cast<long long>(ks.n_head_kv),
+                 static_cast<long long>(ks.head_dim));
+    Status st;
+    for_each_run(b, [&](int64_t begin, int64_t end) {
+        if (st.ok()) st = kv.reserve(b.seq[begin], b.pos[end - 1] + 1);
+    });
+    SIEVE_TRY(st);
+
+    const ModelConfig &c = cfg_;
+    const int64_t T = b.n_tokens, E = c.n_embd, F = c.n_ff;
+    const bool neox = c.rope_type == RopeType::neox;
+    const auto dump = [&](const char *name, int il, const float *data, int64_t rows, int64_t cols) {
+        if (ws.callback) ws.callback(name, il, data, rows, cols);
+    };
+    float *x = ws.x_.data(), *h = ws.h_.data(), *q = ws.q_.data(), *k = ws.k_.data(), *v = ws.v_.data();
+    float *att = ws.att_.data(), *gate = ws.gate_.data(), *up = ws.up_.data();
+
+    for (int64_t t = 0; t < T; ++t) cpu::get_row(tok_embd_, b.tokens[t], x + t * E);
+    dump("inp_embd", -1, x, T, E);
+
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+        const LayerWeights &l = layers_[static_cast<size_t>(il)];
+        const int li = static_cast<int>(il);
+        // 1. attention block
+        cpu::rmsnorm(x, l.attn_norm, h, T, E, c.norm_eps);
+        dump("attn_norm", li, h, T, E);
+        cpu::matmul(l.wq, h, T, q, pool);
+        cpu::matmul(l.wk, h, T, k, pool);
+        cpu::matmul(l.wv, h, T, v, pool);
+        if (l.bq) {
+            add_bias(q, l.bq, T, c.q_dim());
+            add_bias(k, l.bk, T, c.kv_dim());
+            add_bias(v, l.bv, T, c.kv_dim());
+        }
+        cpu::rope(q, b.pos, T, c.n_head, c.head_dim, inv_freq_.data(), neox);
+        cpu::rope(k, b.pos, T, c.n_head_kv, c.head_dim, inv_freq_.data(), neox);
+        dump("q", li, q, T, c.q_dim());
+        dump("k", li, k, T, c.kv_dim());
+        dump("v", li, v, T, c.kv_dim());
+        attention(b, kv, ws, pool, il);
+        dump("kqv_out", li, att, T, c.q_dim());
+        cpu::matmul(l.wo, att, T, h, pool);
+        dump("attn_out", li, h, T, E);
+        add_inplace(x, h, T * E);
+        dump("ffn_inp", li, x, T, E);
+        // 2. feed-forward block (SwiGLU)
+        cpu::rmsnorm(x, l.ffn_norm, h, T, E, c.norm_eps);
+        dump("ffn_norm", li, h, T, E);
+        cpu::matmul(l.w_gate, h, T, gate, pool);
+        cpu::matmul(l.w_up, h, T, up, pool);
+        cpu::silu_mul(gate, up, T * F);
+        cpu::matmul(l.w_down, gate, T, h, pool);
+        dump("ffn_out", li, h, T, E);
+        add_inplace(x, h, T * E);
+        dump("l_out", li, x, T, E);
+    }
+
+    // 3. LM head, only for the rows that want logits
+    int64_t n_out = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        if (!wants_logits(b, t)) continue;
+        std::memcpy(ws.out_x_.data() + n_out * E, x + t * E, sizeof(float) * E);
+        ws.out_ids_[static_cast<size_t>(n_out)] = t;
+        ++n_out;
+    }
+    ws.n_outputs_ = n_out;
+    if (n_out > 0) {
+        cpu::rmsnorm(ws.out_x_.data(), output_norm_, ws.out_x_.data(), n_out, E, c.norm_eps);
+        dump("result_norm", -1, ws.out_x_.data(), n_out, E);
+        cpu::matmul(output_, ws.out_x_.data(), n_out, ws.logits_.data(), pool);
+        dump("result_output", -1, ws.logits_.data(), n_out, c.n_vocab);
+    }
+    for_each_run(b, [&](int64_t begin, int64_t end) { kv.set_n_tokens(b.seq[begin], b.pos[end - 1] + 1); });
+    return Status();
+}
+
+}  // namespace sieve

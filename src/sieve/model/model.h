@@ -1,0 +1,144 @@
+// The llama-family forward pass (llama, qwen2) over a batch of tokens from
+// one or more sequences, reading and writing KV through a KvCache.
+//
+// A Model is immutable after load(): weights stay in the mapped GGUF file
+// (bound as cpu::WeightView, never copied), so one Model serves any number of
+// Workspaces / threads. A Workspace holds every activation buffer, sized once
+// for a maximum batch, so a forward step allocates nothing.
+//
+// One step (Model::forward), the math per layer:
+//   x = token_embd[tok]
+//   for each layer:
+//     h = rmsnorm(x) * attn_norm
+//     q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)    // biases: qwen2
+//     q, k = rope(q, k, pos)                           // pairs: llama, halves: qwen2
+//     K, V lanes[pos] = k, v
+//     x += attention(q, K, V) Wo                       // causal, GQA, per sequence
+//     h = rmsnorm(x) * ffn_norm
+//     x += (silu(h Wgate) * (h Wup)) Wdown
+//   logits = rmsnorm(x) * output_norm  Wout           // Wout = token_embd when tied
+// Linear layers see all tokens of the batch as one [n_tokens, n_embd] matrix;
+// attention runs per sequence over that sequence's lanes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "sieve/core/aligned.h"
+#include "sieve/core/status.h"
+#include "sieve/core/thread_pool.h"
+#include "sieve/gguf/gguf.h"
+#include "sieve/kernels/cpu/ops.h"
+#include "sieve/kv/kv_cache.h"
+#include "sieve/model/config.h"
+
+namespace sieve {
+
+// Tokens of one forward step. Tokens of a sequence are contiguous in the
+// batch, at consecutive positions, and the first one is at a position
+// <= kv.n_tokens(seq) (equal when appending; smaller rewrites the tail).
+//
+//   tokens:  [ a0 a1 a2 a3 | b17 | c5 c6 ]      one prefill chunk, one decode token, ...
+//   seq:     [ 0  0  0  0  | 1   | 2  2  ]
+//   pos:     [ 0  1  2  3  | 17  | 5  6  ]
+struct Batch {
+    const int32_t *tokens = nullptr;       // [n_tokens] token ids
+    const int32_t *pos = nullptr;          // [n_tokens] positions
+    const int32_t *seq = nullptr;          // [n_tokens] KV slots
+    int64_t n_tokens = 0;
+    // [n_tokens] nonzero where logits are wanted; nullptr means the last
+    // token of each sequence in the batch (what generation needs).
+    const int8_t *want_logits = nullptr;
+};
+
+// Called with each named intermediate when set on a Workspace (debugging
+// against the reference; see tests/model). data is [n_rows, n_cols] f32 and
+// valid only during the call. il = layer index, -1 outside layers.
+// Names: inp_embd, attn_norm, q, k, v (after bias and rope), kqv_out, attn_out,
+//        ffn_inp, ffn_norm, ffn_out, l_out, result_norm, result_output.
+using ActivationCallback =
+    std::function<void(const char *name, int il, const float *data, int64_t n_rows, int64_t n_cols)>;
+
+// Activation buffers for batches of up to max_tokens tokens producing up to
+// max_outputs rows of logits.
+class Workspace {
+public:
+    int64_t max_tokens() const { return max_tokens_; }
+    int64_t max_outputs() const { return max_outputs_; }
+    // Logits of the last forward: [n_outputs(), n_vocab], rows in batch order
+    // of the tokens that asked for them.
+    const float *logits() const { return logits_.data(); }
+    int64_t n_outputs() const { return n_outputs_; }
+    // Batch index of output row i.
+    int64_t output_token(int64_t i) const { return out_ids_[static_cast<size_t>(i)]; }
+
+    ActivationCallback callback;  // optional
+
+private:
+    friend class Model;
+    int64_t max_tokens_ = 0;
+    int64_t max_outputs_ = 0;
+    int64_t n_outputs_ = 0;
+    AlignedBuffer<float> x_, h_, q_, k_, v_, att_, gate_, up_;  // [max_tokens, ...]
+    AlignedBuffer<float> out_x_, logits_;                      // [max_outputs, ...]
+    std::vector<int64_t> out_ids_;
+    std::vector<const float *> k_ptrs_, v_ptrs_;                // [n_head_kv]
+};
+
+// Weights of one layer, bound into the GGUF mapping.
+struct LayerWeights {
+    const float *attn_norm = nullptr;  // [n_embd]
+    cpu::WeightView wq, wk, wv, wo;    // [q_dim | kv_dim | kv_dim, n_embd], [n_embd, q_dim]
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qwen2 biases, else nullptr
+    const float *ffn_norm = nullptr;   // [n_embd]
+    cpu::WeightView w_gate, w_up, w_down;  // [n_ff, n_embd] x2, [n_embd, n_ff]
+};
+
+class Model {
+public:
+    // Reads the config, binds every tensor (checking type and shape) and
+    // precomputes RoPE frequencies. The file must outlive the Model.
+    static Result<std::unique_ptr<Model>> load(const GgufFile &file);
+
+    const ModelConfig &config() const { return cfg_; }
+    const GgufFile &file() const { return file_; }
+    // [head_dim / 2] RoPE angular frequencies after scaling.
+    const std::vector<float> &rope_inv_freq() const { return inv_freq_; }
+    // Shape of the KV store this model needs for n_seq sequence slots.
+    KvShape kv_shape(int n_seq) const;
+    // Bytes of weights the forward pass reads per step (for GB/s reports).
+    int64_t weight_bytes() const { return weight_bytes_; }
+
+    // Preallocates activations for batches of max_tokens producing up to
+    // max_outputs logits rows (defaults to max_tokens).
+    std::unique_ptr<Workspace> make_workspace(int64_t max_tokens, int64_t max_outputs = 0) const;
+
+    // Runs one step. On success ws.logits() holds the requested rows and kv
+    // holds the batch's K/V with n_tokens(seq) = last position + 1 for each
+    // sequence in the batch. Errors (bad token id, batch too large, positions
+    // not consecutive, KV out of room) are returned before anything is
+    // written to kv.
+    Status forward(const Batch &batch, KvCache &kv, Workspace &ws, ThreadPool &pool) const;
+
+private:
+    explicit Model(const GgufFile &file) : file_(file) {}
+    Status bind();
+    Status bind_matrix(const char *name, int64_t n_rows, int64_t n_cols, cpu::WeightView *out);
+    Status bind_vector(const char *name, int64_t n, const float **out);
+    Status validate(const Batch &batch, const KvCache &kv, const Workspace &ws) const;
+    void attention(const Batch &batch, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t il) const;
+
+    const GgufFile &file_;
+    ModelConfig cfg_;
+    cpu::WeightView tok_embd_, output_;
+    const float *output_norm_ = nullptr;
+    std::vector<LayerWeights> layers_;
+    std::vector<float> inv_freq_;
+    // Vectors stored in a non-f32 type are converted once at load and kept here.
+    std::vector<std::unique_ptr<float[]>> owned_;
+    int64_t weight_bytes_ = 0;
+};
+
+}  // namespace sieve
