@@ -4,8 +4,10 @@
 //              byte fallback to <0xXX> tokens, unknown id last;
 //   "gpt2"  -> byte-level BPE: a regex pre-tokenizer (tokenizer.ggml.pre),
 //              GPT-2's byte <-> code point alphabet, merges by rank.
-// Ids match llama.cpp and the models' own Hugging Face / SentencePiece
-// tokenizers (tests/unit/test_tokenizer.cpp checks golden ids from both).
+// The rules follow llama.cpp (special-token splitting, SPM dummy prefix, BOS
+// defaults); the ids are checked against the models' own tokenizers: golden
+// ids from Hugging Face `tokenizers` (SmolLM2) and `sentencepiece`
+// (stories260K) in tests/unit/test_tokenizer.cpp.
 //
 // The metadata is untrusted: from_gguf validates types, lengths and ids and
 // returns a Status naming the key. A Tokenizer is immutable after loading and
