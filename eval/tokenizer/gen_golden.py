@@ -45,6 +45,7 @@ stories260K (tokenizer.ggml.model = llama):
   ids = [bos] + encode(text) (the model adds BOS by default); sentencepiece
   never parses control-token text, so both columns hold the same ids.
 
+Needs PyPI gguf, tokenizers, sentencepiece and protobuf (for sentencepiece_model_pb2).
 Usage: python3 eval/tokenizer/gen_golden.py [--smollm2 PATH] [--stories PATH]
   (defaults: $SIEVE_CACHE or ~/.cache/sieve for SmolLM2, ../shared/models for stories)
 """
