@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels_test_util.h"
+#include "sieve/kernels/cpu/matmul_q8.h"
 #include "sieve/kernels/cpu/ops.h"
 
 using namespace sieve;
@@ -146,5 +147,42 @@ TEST(Matmul, RepeatedCallsWithShrinkingAndGrowingShapes) {
         cpu::matmul(w.view, x.data(), 5, y.data(), pool);
         cpu::matmul_ref(w.view, x.data(), 5, ref.data());
         expect_close(w.view, x, 5, y, ref, "matmul");
+    }
+}
+
+TEST(MatmulQ8, PortableDotAgreesWithDispatchedDot) {
+    // On an AVX-512 VNNI machine dot() and dot_raw() run the VNNI bodies; the
+    // portable body (what other CPUs run) is checked against them here.
+    std::mt19937 rng(11);
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
+        for (int64_t n_cols : {32, 96, 608}) {
+            const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
+            const auto w = random_weights(rng, type, 1, n_cols);
+            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes)), xq(static_cast<size_t>(4 * s.stride_bytes));
+            cpu::q8::unpack_weight(type, w.bytes.data(), s, wq.data());
+            const auto x = random_values(rng, static_cast<size_t>(4 * n_cols));
+            const uint8_t *acts[4];
+            for (int t = 0; t < 4; ++t) {
+                cpu::q8::quantize_act(x.data() + t * n_cols, s, xq.data() + t * s.stride_bytes);
+                acts[t] = xq.data() + t * s.stride_bytes;
+            }
+            std::vector<float> row(static_cast<size_t>(n_cols));
+            dequantize_row(type, w.bytes.data(), row.data(), n_cols);
+            for (int n_act = 1; n_act <= 4; ++n_act) {
+                float a[4], b[4], c[4];
+                cpu::q8::dot(wq.data(), acts, n_act, s, a);
+                cpu::q8::dot_portable(wq.data(), acts, n_act, s, b);
+                const bool raw = cpu::q8::has_dot_raw(type);
+                if (raw) cpu::q8::dot_raw(type, w.bytes.data(), acts, n_act, s, c);
+                for (int t = 0; t < n_act; ++t) {
+                    double abs_sum = 0.0;  // both sums are exact int dots scaled in f32: rounding only
+                    for (int64_t i = 0; i < n_cols; ++i) abs_sum += std::fabs(row[i] * x[t * n_cols + i]);
+                    EXPECT_NEAR(a[t], b[t], 1e-5 * abs_sum) << type_name(type) << " n_cols " << n_cols;
+                    if (raw) {
+                        EXPECT_EQ(a[t], c[t]) << type_name(type) << " raw vs unpacked, n_cols " << n_cols;
+                    }
+                }
+            }
+        }
     }
 }

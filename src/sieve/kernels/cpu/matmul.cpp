@@ -9,7 +9,9 @@
 //   3. Two decodings: the 32-element block types go to q8 rows and an integer
 //      dot against activations quantized to 8 bits (matmul_q8.h); everything
 //      else (F16, BF16, K-quants) is dequantized to f32 and dotted in f32.
-//      F32 weights are used in place.
+//      F32 weights are used in place. With AVX-512 VNNI, Q4_0 / Q4_1 / Q8_0
+//      tiles of at most k_raw_max_tokens tokens (decode) skip the scratch and
+//      expand the GGUF blocks in registers.
 //
 // Every output element is computed by one task in a fixed order, so results
 // do not depend on the number of threads.
@@ -32,6 +34,8 @@ namespace {
 
 constexpr int64_t k_row_tile = 16;
 constexpr int64_t k_tok_tile = 64;
+// Up to this many tokens the q8 path reads weight blocks in place (see matmul_q8.h).
+constexpr int64_t k_raw_max_tokens = 4;
 
 // Scratch lives in thread_local storage: the pool's threads are persistent, so
 // each keeps its buffers across calls (no allocation once the largest shape
@@ -123,9 +127,15 @@ void matmul_q8(const WeightView &w, const float *x, int64_t n_tokens, float *y, 
     pool.run(tl.n_row_tiles * tl.n_tok_tiles, [&](int64_t task, int) {
         const int64_t r0 = task / tl.n_tok_tiles * k_row_tile, r1 = std::min(r0 + k_row_tile, w.n_rows);
         const int64_t t0 = task % tl.n_tok_tiles * k_tok_tile, t1 = std::min(t0 + k_tok_tile, n_tokens);
-        uint8_t *tile = grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
-        for (int64_t r = r0; r < r1; ++r)
-            q8::unpack_weight(w.type, base + r * w.row_bytes, s, tile + (r - r0) * s.stride_bytes);
+        // Few tokens: read the GGUF blocks directly; unpacking to scratch
+        // only pays off when the unpacked rows serve many tokens.
+        const bool raw = t1 - t0 <= k_raw_max_tokens && q8::has_dot_raw(w.type);
+        uint8_t *tile = nullptr;
+        if (!raw) {
+            tile = grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
+            for (int64_t r = r0; r < r1; ++r)
+                q8::unpack_weight(w.type, base + r * w.row_bytes, s, tile + (r - r0) * s.stride_bytes);
+        }
         // Four tokens per weight-row pass: each weight vector load feeds four dots.
         for (int64_t t = t0; t < t1; t += 4) {
             const int n_act = static_cast<int>(std::min<int64_t>(4, t1 - t));
@@ -133,7 +143,10 @@ void matmul_q8(const WeightView &w, const float *x, int64_t n_tokens, float *y, 
             for (int j = 0; j < n_act; ++j) acts[j] = act + (t + j) * s.stride_bytes;
             for (int64_t r = r0; r < r1; ++r) {
                 float out[4];
-                q8::dot(tile + (r - r0) * s.stride_bytes, acts, n_act, s, out);
+                if (raw)
+                    q8::dot_raw(w.type, base + r * w.row_bytes, acts, n_act, s, out);
+                else
+                    q8::dot(tile + (r - r0) * s.stride_bytes, acts, n_act, s, out);
                 for (int j = 0; j < n_act; ++j) y[(t + j) * w.n_rows + r] = out[j];
             }
         }

@@ -8,6 +8,12 @@
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SIEVE_Q8_VNNI 1
+#else
+#define SIEVE_Q8_VNNI 0
+#endif
+
 namespace sieve::cpu::q8 {
 
 namespace {
@@ -97,7 +103,12 @@ void quantize_act(const float *x, const RowShape &s, uint8_t *dst) {
     }
 }
 
+namespace {
+bool unpack_weight_simd(GgmlType type, const void *src, const RowShape &s, uint8_t *dst);
+}  // namespace
+
 void unpack_weight(GgmlType type, const void *src, const RowShape &s, uint8_t *dst) {
+    if (unpack_weight_simd(type, src, s, dst)) return;
     RowParts p = parts(dst, s);
     const uint8_t *in = static_cast<const uint8_t *>(src);
     for (int64_t b = 0; b < s.n_blocks; ++b) {
@@ -155,14 +166,17 @@ void unpack_weight(GgmlType type, const void *src, const RowShape &s, uint8_t *d
 
 namespace {
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if SIEVE_Q8_VNNI
 // One weight row against NT activation rows. 16 blocks form a group: their
 // d*e products are one vector; each pair of blocks is one 64-byte vpdpbusd
 // whose lanes 0-7 belong to the first block and 8-15 to the second, so the
 // pair's scales are two broadcasts picked out of the group vector.
-template <int NT>
-void dot_vnni(const uint8_t *wrow, const uint8_t *const *acts, const RowShape &s, float *out) {
-    const ConstRowParts w = parts(wrow, s);
+//
+// Src supplies the weights: scales(g, mask, &d, &c) for the group starting at
+// block g, and pair(b) = the 64 bytes u of blocks b and b + 1 (zero past the
+// last real block).
+template <int NT, class Src>
+void dot_vnni(const Src &w, const uint8_t *const *acts, const RowShape &s, float *out) {
     ConstRowParts a[NT];
     for (int t = 0; t < NT; ++t) a[t] = parts(acts[t], s);
     __m512 acc[NT], corr[NT];
@@ -171,8 +185,8 @@ void dot_vnni(const uint8_t *wrow, const uint8_t *const *acts, const RowShape &s
     for (int64_t g = 0; g < s.n_pad; g += 16) {
         const int64_t n_g = s.n_pad - g < 16 ? s.n_pad - g : 16;
         const __mmask16 m = static_cast<__mmask16>(n_g == 16 ? 0xffffu : (1u << n_g) - 1u);
-        const __m512 wd = _mm512_maskz_loadu_ps(m, w.scale + g);
-        const __m512 wc = _mm512_maskz_loadu_ps(m, w.aux + g);
+        __m512 wd, wc;
+        w.scales(g, m, &wd, &wc);
         __m512 sc[NT];
         for (int t = 0; t < NT; ++t) {
             sc[t] = _mm512_mul_ps(wd, _mm512_maskz_loadu_ps(m, a[t].scale + g));
@@ -180,7 +194,7 @@ void dot_vnni(const uint8_t *wrow, const uint8_t *const *acts, const RowShape &s
         }
         __m512i idx = pair_idx0;
         for (int64_t p = 0; p < n_g; p += 2) {
-            const __m512i wv = _mm512_loadu_si512(w.bytes + (g + p) * k_block);
+            const __m512i wv = w.pair(g + p);
             for (int t = 0; t < NT; ++t) {
                 const __m512i xv = _mm512_loadu_si512(a[t].bytes + (g + p) * k_block);
                 const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
@@ -190,6 +204,87 @@ void dot_vnni(const uint8_t *wrow, const uint8_t *const *acts, const RowShape &s
         }
     }
     for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t], corr[t]));
+}
+
+// Weights already unpacked to a q8 row.
+struct UnpackedSrc {
+    ConstRowParts w;
+    void scales(int64_t g, __mmask16 m, __m512 *d, __m512 *c) const {
+        *d = _mm512_maskz_loadu_ps(m, w.scale + g);
+        *c = _mm512_maskz_loadu_ps(m, w.aux + g);
+    }
+    __m512i pair(int64_t b) const { return _mm512_loadu_si512(w.bytes + b * k_block); }
+};
+
+// Weights read straight from the GGUF blocks (no scratch round trip): the
+// f16 scales of 16 blocks come in with one gather of the 4 bytes at each
+// block start (d, and m for Q4_1), the quants are expanded in registers.
+template <GgmlType T>
+struct RawSrc {
+    static constexpr int64_t k_size = T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : 34;
+    static constexpr int64_t k_qs = T == GgmlType::Q4_1 ? 4 : 2;
+    const uint8_t *row;
+    int64_t n_blocks;
+
+    void scales(int64_t g, __mmask16 m, __m512 *d, __m512 *c) const {
+        // Lanes past the last real block stay zero: d = c = 0.
+        const __mmask16 real = static_cast<__mmask16>(m & (n_blocks - g >= 16 ? 0xffffu : (1u << (n_blocks - g)) - 1u));
+        const __m512i offs = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                _mm512_set1_epi32(static_cast<int>(k_size)));
+        const __m512i head = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), real, offs, row + g * k_size, 1);
+        *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+        if constexpr (T == GgmlType::Q4_1)
+            *c = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+        else
+            *c = _mm512_mul_ps(*d, _mm512_set1_ps(T == GgmlType::Q4_0 ? -8.0f : -128.0f));
+    }
+    __m512i pair(int64_t b) const {
+        const uint8_t *b0 = row + b * k_size;
+        const bool two = b + 1 < n_blocks;
+        if constexpr (T == GgmlType::Q8_0) {
+            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0 + k_qs));
+            const __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0 + k_size + k_qs))
+                                   : _mm256_set1_epi8(static_cast<char>(0x80));
+            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+        } else {
+            // 128-bit lanes [qs0, qs0, qs1, qs1]; lanes 1 and 3 shifted down a
+            // nibble, then masked: [lo0, hi0, lo1, hi1] = elements in order.
+            const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + k_qs));
+            const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + k_size + k_qs))
+                                   : _mm_setzero_si128();
+            const __m512i q = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+            const __m512i dup = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0), q);
+            const __m512i v = _mm512_mask_blend_epi64(0xcc, dup, _mm512_srli_epi16(dup, 4));
+            return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+        }
+    }
+};
+
+template <GgmlType T>
+void unpack_raw(const uint8_t *row, const RowShape &s, uint8_t *dst) {
+    const RawSrc<T> src{row, s.n_blocks};
+    RowParts p = parts(dst, s);
+    for (int64_t g = 0; g < s.n_pad; g += 16) {
+        const int64_t n_g = s.n_pad - g < 16 ? s.n_pad - g : 16;
+        const __mmask16 m = static_cast<__mmask16>(n_g == 16 ? 0xffffu : (1u << n_g) - 1u);
+        __m512 d, c;
+        src.scales(g, m, &d, &c);
+        _mm512_mask_storeu_ps(p.scale + g, m, d);
+        _mm512_mask_storeu_ps(p.aux + g, m, c);
+        for (int64_t b = g; b < g + n_g; b += 2) _mm512_storeu_si512(p.bytes + b * k_block, src.pair(b));
+    }
+}
+
+template <class Src>
+void dot_dispatch(const Src &src, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+    switch (n_act) {
+        case 1: return dot_vnni<1>(src, acts, s, out);
+        case 2: return dot_vnni<2>(src, acts, s, out);
+        case 3: return dot_vnni<3>(src, acts, s, out);
+        case 4: return dot_vnni<4>(src, acts, s, out);
+        default: SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
+    }
 }
 #endif
 
@@ -232,18 +327,49 @@ void dot_portable(const uint8_t *wrow, const uint8_t *const *acts, int n_act, co
 }
 
 void dot(const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    switch (n_act) {
-        case 1: return dot_vnni<1>(w, acts, s, out);
-        case 2: return dot_vnni<2>(w, acts, s, out);
-        case 3: return dot_vnni<3>(w, acts, s, out);
-        case 4: return dot_vnni<4>(w, acts, s, out);
-        default: SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
-    }
+#if SIEVE_Q8_VNNI
+    dot_dispatch(UnpackedSrc{parts(w, s)}, acts, n_act, s, out);
 #else
     SIEVE_CHECKF(n_act >= 1 && n_act <= 4, "n_act = %d, expected 1..4", n_act);
     dot_portable(w, acts, n_act, s, out);
 #endif
+}
+
+namespace {
+bool unpack_weight_simd(GgmlType type, const void *src, const RowShape &s, uint8_t *dst) {
+#if SIEVE_Q8_VNNI
+    const uint8_t *row = static_cast<const uint8_t *>(src);
+    switch (type) {
+        case GgmlType::Q4_0: unpack_raw<GgmlType::Q4_0>(row, s, dst); return true;
+        case GgmlType::Q4_1: unpack_raw<GgmlType::Q4_1>(row, s, dst); return true;
+        case GgmlType::Q8_0: unpack_raw<GgmlType::Q8_0>(row, s, dst); return true;
+        default: return false;
+    }
+#else
+    return false;
+#endif
+}
+}  // namespace
+
+bool has_dot_raw(GgmlType t) {
+#if SIEVE_Q8_VNNI
+    return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0;
+#else
+    return false;
+#endif
+}
+
+void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+#if SIEVE_Q8_VNNI
+    const uint8_t *row = static_cast<const uint8_t *>(w);
+    switch (type) {
+        case GgmlType::Q4_0: return dot_dispatch(RawSrc<GgmlType::Q4_0>{row, s.n_blocks}, acts, n_act, s, out);
+        case GgmlType::Q4_1: return dot_dispatch(RawSrc<GgmlType::Q4_1>{row, s.n_blocks}, acts, n_act, s, out);
+        case GgmlType::Q8_0: return dot_dispatch(RawSrc<GgmlType::Q8_0>{row, s.n_blocks}, acts, n_act, s, out);
+        default: break;
+    }
+#endif
+    SIEVE_CHECKF(false, "dot_raw: no direct path for %s (check has_dot_raw first)", type_name(type));
 }
 
 }  // namespace sieve::cpu::q8

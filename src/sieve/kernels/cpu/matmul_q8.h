@@ -41,6 +41,11 @@ void quantize_act(const float *x, const RowShape &s, uint8_t *dst);
 void unpack_weight(GgmlType type, const void *src, const RowShape &s, uint8_t *dst);
 // out[t] = dot(weight row, act row t) for t < n_act (1..4).
 void dot(const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out);
+// Whether dot_raw can read `type`'s blocks directly (AVX-512 VNNI builds:
+// Q4_0, Q4_1, Q8_0). For a few tokens this skips the unpack to scratch.
+bool has_dot_raw(GgmlType t);
+// dot() with the weight row given as its raw GGUF blocks.
+void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out);
 // The same with a per-block int32 dot (AVX2 or plain C++): what dot() runs
 // without AVX-512 VNNI, and what tests compare the VNNI body with.
 void dot_portable(const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out);
