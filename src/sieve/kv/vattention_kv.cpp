@@ -115,22 +115,17 @@ Result<int32_t> VAttentionKv::alloc_page(int except_seq) {
 // running ones. Stops once the pool has `want` free pages.
 int64_t VAttentionKv::reclaim(int64_t want, int except_seq) {
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
-    int64_t n = 0;
-    for (int pass = 0; pass < 2; ++pass) {
-        for (int seq = 0; seq < shape_.n_seq; ++seq) {
+    const int64_t n0 = stats_.n_pages_unmapped;
+    for (int pass = 0; pass < 2 && pool_->n_free() < want; ++pass) {
+        for (int seq = 0; seq < shape_.n_seq && pool_->n_free() < want; ++seq) {
             if (seq == except_seq || (pass == 0 && n_tokens_[static_cast<size_t>(seq)] != 0)) continue;
-            for (int64_t i = 0; i < lanes_per_seq; ++i) {
-                if (pool_->n_free() >= want) return n;
+            for (int64_t i = 0; i < lanes_per_seq && pool_->n_free() < want; ++i) {
                 const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
-                const int64_t keep = pages_for_rows(lanes_[l].rows);
-                const int64_t have = static_cast<int64_t>(lanes_[l].pages.size());
-                if (have > keep) {
-                    n += have - keep;
-                    shrink_lane(l, keep);
-                }
+                shrink_lane(l, pages_for_rows(lanes_[l].rows));
             }
         }
     }
+    const int64_t n = stats_.n_pages_unmapped - n0;
     stats_.n_reclaimed_pages += n;
     return n;
 }

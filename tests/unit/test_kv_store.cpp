@@ -1,0 +1,293 @@
+// The vAttention lane store: byte-size parsing, the page pool, lanes that grow
+// and shrink by mapping pool pages, copy on write of shared pages, compaction,
+// deferred reclamation and exhaustion (a Status, never a signal).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "sieve/kv/page_pool.h"
+#include "sieve/kv/vattention_kv.h"
+
+namespace sieve {
+namespace {
+
+TEST(KvParseBytes, UnitsAndErrors) {
+    struct Case {
+        const char *text;
+        int64_t bytes;
+    };
+    const Case good[] = {{"4096", 4096},           {"64KiB", 65536},         {"64k", 65536},
+                         {"512MiB", 512LL << 20},  {"4GiB", 4LL << 30},      {"4gib", 4LL << 30},
+                         {"1.5G", 3LL << 29},      {"2 TiB", 2LL << 40},     {"3KB", 3000},
+                         {"7MB", 7000000},         {" 12b ", 12},            {"0.5KiB", 512}};
+    for (const Case &c : good) {
+        int64_t v = -1;
+        Status st = parse_bytes(c.text, &v);
+        ASSERT_TRUE(st.ok()) << c.text << ": " << st.message();
+        EXPECT_EQ(v, c.bytes) << c.text;
+    }
+    const char *bad[] = {"", "KiB", "12XB", "-4GiB", "1.2.3", "0", "0.1B", "99999999999TiB", "4 GiB x", "1e9"};
+    for (const char *t : bad) {
+        int64_t v = -7;
+        Status st = parse_bytes(t, &v);
+        EXPECT_FALSE(st.ok()) << "'" << t << "' parsed as " << v;
+        EXPECT_NE(st.message().find("byte size"), std::string::npos) << st.message();
+        EXPECT_EQ(v, -7);
+    }
+}
+
+TEST(KvPagePool, RejectsBadSizes) {
+    for (int64_t pb : {int64_t{1024}, int64_t{12288}, int64_t{4} << 20}) {
+        PagePoolOptions o;
+        o.page_bytes = pb;
+        o.budget_bytes = 1 << 20;
+        auto p = PagePool::create(o);
+        EXPECT_FALSE(p.ok()) << pb;
+        EXPECT_NE(p.status().message().find("page size"), std::string::npos);
+    }
+    PagePoolOptions o;
+    o.page_bytes = 64 << 10;
+    o.budget_bytes = 1000;
+    EXPECT_FALSE(PagePool::create(o).ok());
+}
+
+TEST(KvPagePool, AllocReleaseRefcounts) {
+    PagePoolOptions o;
+    o.page_bytes = 4096;
+    o.budget_bytes = 10 * 4096 + 100;  // rounds down to 10 pages
+    auto pr = PagePool::create(o);
+    ASSERT_TRUE(pr.ok()) << pr.status().message();
+    PagePool &pool = **pr;
+    EXPECT_EQ(pool.n_pages(), 10);
+    std::vector<int32_t> got;
+    for (int i = 0; i < 10; ++i) {
+        auto p = pool.alloc();
+        ASSERT_TRUE(p.ok());
+        got.push_back(*p);
+    }
+    auto none = pool.alloc();
+    ASSERT_FALSE(none.ok());
+    EXPECT_NE(none.status().message().find("exhausted"), std::string::npos) << none.status().message();
+    pool.add_ref(got[3]);
+    EXPECT_EQ(pool.refcount(got[3]), 2);
+    EXPECT_EQ(pool.n_refs(), 11);
+    pool.release(got[3]);
+    EXPECT_EQ(pool.n_free(), 0);
+    for (int32_t p : got) pool.release(p);
+    EXPECT_EQ(pool.n_free(), 10);
+    EXPECT_TRUE(pool.check_accounting().ok());
+}
+
+VAttentionKvOptions small_opts(int n_seq, int64_t head_dim, int64_t max_ctx, int64_t n_pages, int64_t pb = 4096) {
+    VAttentionKvOptions o;
+    o.shape.n_seq = n_seq;
+    o.shape.n_layer = 2;
+    o.shape.n_head_kv = 2;
+    o.shape.head_dim = head_dim;
+    o.max_ctx = max_ctx;
+    o.pool.page_bytes = pb;
+    o.pool.budget_bytes = n_pages * pb;
+    return o;
+}
+
+void fill_rows(float *lane, int64_t r0, int64_t r1, int64_t d, float tag) {
+    for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < d; ++c) lane[r * d + c] = tag + static_cast<float>(r) + 0.001f * static_cast<float>(c);
+}
+
+TEST(KvLanes, GrowShrinkAndStablePointers) {
+    const int64_t d = 12;  // 48-byte rows straddle 4 KiB pages
+    auto kr = VAttentionKv::create(small_opts(2, d, 1000, 128));
+    ASSERT_TRUE(kr.ok()) << kr.status().message();
+    VAttentionKv &kv = **kr;
+    float *k00 = kv.k_lane(0, 1, 1);
+    ASSERT_TRUE(kv.reserve(0, 300).ok());
+    EXPECT_GE(kv.capacity(0), 300);
+    fill_rows(k00, 0, 300, d, 7.0f);
+    kv.set_n_tokens(0, 300);
+    ASSERT_TRUE(kv.reserve(0, 900).ok());
+    EXPECT_EQ(kv.k_lane(0, 1, 1), k00);  // pointers never move
+    fill_rows(k00, 300, 900, d, 7.0f);
+    kv.set_n_tokens(0, 900);
+    for (int64_t r = 0; r < 900; ++r) ASSERT_EQ(k00[r * d + 5], 7.0f + static_cast<float>(r) + 0.005f) << r;
+    // 900 rows x 48 B = 11 pages (+1 headroom, capped by the 12-page span) per lane, 8 lanes.
+    EXPECT_EQ(kv.lane_mapped_bytes(0, 1, 1), 2 * 12 * 4096);
+    EXPECT_EQ(kv.seq_mapped_bytes(0), 8 * 12 * 4096);
+    EXPECT_EQ(kv.layer_mapped_bytes(0), 4 * 12 * 4096);
+    EXPECT_EQ(kv.mapped_pages(), 96);
+    ASSERT_TRUE(kv.check_accounting().ok());
+    kv.release(0);
+    EXPECT_EQ(kv.pool().n_free(), kv.pool().n_pages());
+    EXPECT_TRUE(kv.check_accounting().ok());
+}
+
+TEST(KvLanes, ReserveBeyondContextIsAnError) {
+    auto kr = VAttentionKv::create(small_opts(1, 8, 100, 64));
+    ASSERT_TRUE(kr.ok());
+    Status st = (*kr)->reserve(0, 101);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("at most 100"), std::string::npos) << st.message();
+}
+
+TEST(KvLanes, ExhaustionIsAStatusAndAllMemoryComesBack) {
+    const int64_t d = 16;  // 64-byte rows, 64 rows per page
+    auto kr = VAttentionKv::create(small_opts(6, d, 2048, 40));
+    ASSERT_TRUE(kr.ok());
+    VAttentionKv &kv = **kr;
+    std::mt19937 rng(5);
+    int n_fail = 0;
+    // Grow every slot by odd amounts until the pool refuses; each failure must
+    // leave consistent accounting and the data already written intact.
+    for (int step = 0; step < 60; ++step) {
+        const int seq = step % 6;
+        const int64_t n0 = kv.n_tokens(seq), n1 = std::min<int64_t>(2048, n0 + 1 + rng() % 90);
+        Status st = kv.reserve(seq, n1);
+        ASSERT_TRUE(kv.check_accounting().ok()) << kv.check_accounting().message();
+        if (!st.ok()) {
+            ++n_fail;
+            EXPECT_NE(st.message().find("KV pool exhausted"), std::string::npos) << st.message();
+            continue;
+        }
+        for (int64_t il = 0; il < 2; ++il)
+            for (int64_t h = 0; h < 2; ++h) {
+                fill_rows(kv.k_lane(seq, il, h), n0, n1, d, 100.0f * seq);
+                fill_rows(kv.v_lane(seq, il, h), n0, n1, d, -100.0f * seq);
+            }
+        kv.set_n_tokens(seq, n1);
+    }
+    EXPECT_GT(n_fail, 0);
+    EXPECT_EQ(kv.pool().n_free(), 0);
+    for (int seq = 0; seq < 6; ++seq) {
+        const float *k = kv.k_lane(seq, 1, 0);
+        for (int64_t r = 0; r < kv.n_tokens(seq); ++r) ASSERT_EQ(k[r * d], 100.0f * seq + static_cast<float>(r));
+    }
+    // clear() caches pages (deferred reclamation); a new sequence in another
+    // slot takes them back on demand.
+    kv.clear(0);
+    kv.clear(1);
+    EXPECT_EQ(kv.pool().n_free(), 0);
+    const int64_t before = kv.stats().n_reclaimed_pages;
+    ASSERT_TRUE(kv.reserve(2, kv.n_tokens(2) + 200).ok());
+    EXPECT_GT(kv.stats().n_reclaimed_pages, before);
+    for (int seq = 0; seq < 6; ++seq) kv.clear(seq);
+    EXPECT_GT(kv.trim(), 0);
+    EXPECT_EQ(kv.pool().n_free(), kv.pool().n_pages());
+    EXPECT_EQ(kv.mapped_pages(), 0);
+    EXPECT_TRUE(kv.check_accounting().ok());
+}
+
+TEST(KvLanes, DeferredReclamationReusesTheSlotsPages) {
+    auto kr = VAttentionKv::create(small_opts(2, 8, 512, 64));
+    ASSERT_TRUE(kr.ok());
+    VAttentionKv &kv = **kr;
+    ASSERT_TRUE(kv.reserve(0, 400).ok());
+    kv.set_n_tokens(0, 400);
+    const int64_t mapped = kv.mapped_pages();
+    kv.clear(0);
+    EXPECT_EQ(kv.mapped_pages(), mapped);
+    kv.reset_stats();
+    ASSERT_TRUE(kv.reserve(0, 300).ok());  // the next sequence in slot 0 maps nothing
+    EXPECT_EQ(kv.stats().n_map_calls, 0);
+    EXPECT_EQ(kv.n_tokens(0), 0);
+}
+
+TEST(KvLanes, MapAheadKeepsMmapOutOfReserve) {
+    const int64_t d = 16;  // 64 rows per 4 KiB page
+    auto kr = VAttentionKv::create(small_opts(1, d, 4096, 512));
+    ASSERT_TRUE(kr.ok());
+    VAttentionKv &kv = **kr;
+    ASSERT_TRUE(kv.reserve(0, 100).ok());
+    kv.set_n_tokens(0, 100);
+    kv.reset_stats();
+    for (int64_t n = 101; n <= 1000; ++n) {
+        ASSERT_TRUE(kv.reserve(0, n).ok());
+        kv.set_n_tokens(0, n);
+        ASSERT_TRUE(kv.map_ahead(0).ok());
+    }
+    EXPECT_EQ(kv.stats().n_map_calls_reserve, 0);
+    EXPECT_GT(kv.stats().n_map_calls, 0);
+}
+
+TEST(KvLanes, SharedPagesAreCopiedOnWrite) {
+    const int64_t d = 10;
+    auto kr = VAttentionKv::create(small_opts(3, d, 1000, 128));
+    ASSERT_TRUE(kr.ok());
+    VAttentionKv &kv = **kr;
+    ASSERT_TRUE(kv.reserve(0, 500).ok());
+    for (int64_t il = 0; il < 2; ++il)
+        for (int64_t h = 0; h < 2; ++h) {
+            fill_rows(kv.k_lane(0, il, h), 0, 500, d, 1000.0f);
+            fill_rows(kv.v_lane(0, il, h), 0, 500, d, 2000.0f);
+        }
+    kv.set_n_tokens(0, 500);
+    const int64_t used = kv.pool().n_used();
+    ASSERT_TRUE(kv.share_prefix(1, 0, 450).ok());
+    EXPECT_EQ(kv.pool().n_used(), used);  // no copy yet
+    EXPECT_EQ(kv.n_tokens(1), 450);
+    EXPECT_EQ(std::memcmp(kv.k_lane(1, 1, 1), kv.k_lane(0, 1, 1), 450 * d * sizeof(float)), 0);
+    // Slot 1 appends: rows 450.. sit on the last shared page, which is copied first.
+    ASSERT_TRUE(kv.reserve(1, 460).ok());
+    fill_rows(kv.k_lane(1, 1, 1), 450, 460, d, -5.0f);
+    kv.set_n_tokens(1, 460);
+    EXPECT_GT(kv.stats().n_cow_pages, 0);
+    EXPECT_EQ(kv.k_lane(0, 1, 1)[455 * d], 1000.0f + 455.0f);  // slot 0 unchanged
+    // Slot 0 rewrites row 10 (a shared page): slot 1 keeps the old value.
+    ASSERT_TRUE(kv.prepare_write(0, 10).ok());
+    kv.v_lane(0, 0, 1)[10 * d + 3] = 42.0f;
+    EXPECT_EQ(kv.v_lane(1, 0, 1)[10 * d + 3], 2000.0f + 10.0f + 0.003f);
+    EXPECT_TRUE(kv.check_accounting().ok());
+    // Releasing both returns every page.
+    kv.release(0);
+    kv.release(1);
+    EXPECT_EQ(kv.pool().n_free(), kv.pool().n_pages());
+    // Bad requests are errors.
+    EXPECT_FALSE(kv.share_prefix(1, 1, 0).ok());
+    EXPECT_FALSE(kv.share_prefix(1, 0, 5).ok());  // src holds 0 rows now
+}
+
+TEST(KvLanes, CompactKeepsRowsInOrderAndFreesTheTail) {
+    const int64_t d = 8;  // 128 rows per page
+    auto kr = VAttentionKv::create(small_opts(2, d, 2048, 256));
+    ASSERT_TRUE(kr.ok());
+    VAttentionKv &kv = **kr;
+    ASSERT_TRUE(kv.reserve(0, 1000).ok());
+    for (int64_t il = 0; il < 2; ++il)
+        for (int64_t h = 0; h < 2; ++h) {
+            fill_rows(kv.k_lane(0, il, h), 0, 1000, d, 10.0f);
+            fill_rows(kv.v_lane(0, il, h), 0, 1000, d, 20.0f);
+        }
+    kv.set_n_tokens(0, 1000);
+    std::mt19937 rng(11);
+    std::vector<int32_t> keep;
+    for (int32_t r = 0; r < 1000; ++r)
+        if (r < 4 || r >= 960 || rng() % 7 == 0) keep.push_back(r);
+    const int64_t before = kv.lane_mapped_bytes(0, 1, 0);
+    ASSERT_TRUE(kv.compact(0, 1, 0, keep.data(), static_cast<int64_t>(keep.size())).ok());
+    EXPECT_EQ(kv.lane_n_tokens(0, 1, 0), static_cast<int64_t>(keep.size()));
+    EXPECT_EQ(kv.lane_n_tokens(0, 1, 1), 1000);
+    EXPECT_LT(kv.lane_mapped_bytes(0, 1, 0), before);
+    EXPECT_EQ(kv.lane_mapped_bytes(0, 1, 0), 2 * 4096 * ((static_cast<int64_t>(keep.size()) * 32 + 4095) / 4096));
+    for (size_t i = 0; i < keep.size(); ++i) {
+        ASSERT_EQ(kv.k_lane(0, 1, 0)[i * d + 1], 10.0f + keep[i] + 0.001f);
+        ASSERT_EQ(kv.v_lane(0, 1, 0)[i * d + 7], 20.0f + keep[i] + 0.007f);
+    }
+    // A dense step after compaction grows every lane by one row from its own end.
+    const int64_t nk = static_cast<int64_t>(keep.size());
+    ASSERT_TRUE(kv.reserve(0, 1001).ok());
+    kv.k_lane(0, 1, 0)[nk * d] = -1.0f;
+    kv.set_n_tokens(0, 1001);
+    EXPECT_EQ(kv.lane_n_tokens(0, 1, 0), nk + 1);
+    EXPECT_EQ(kv.lane_n_tokens(0, 0, 0), 1001);
+    EXPECT_TRUE(kv.check_accounting().ok());
+    // Bad keep lists change nothing.
+    const int32_t unsorted[] = {3, 2};
+    const int32_t out_of_range[] = {0, 5000};
+    EXPECT_FALSE(kv.compact(0, 0, 0, unsorted, 2).ok());
+    EXPECT_FALSE(kv.compact(0, 0, 0, out_of_range, 2).ok());
+    EXPECT_EQ(kv.lane_n_tokens(0, 0, 0), 1001);
+}
+
+}  // namespace
+}  // namespace sieve
