@@ -150,7 +150,7 @@ inline std::vector<BrokenCase> make_broken_corpus() {
         one_tensor(static_cast<GgmlType>(77), {4}, 16));
     add("block_size_mismatch.gguf", "gguf", "not a multiple of the Q4_0 block size 32",
         one_tensor(GgmlType::Q4_0, {48}, 36));
-    add("tensor_out_of_file.gguf", "gguf", "tensor 'bad': data [0, 16384) at offset", one_tensor(GgmlType::F32, {4096}, 64));
+    add("tensor_out_of_file.gguf", "gguf", "tensor 'bad': data [96, 16480) at offset 448 ends past the end of the file (size 512)", one_tensor(GgmlType::F32, {4096}, 64));
     {
         sieve::GgufWriter w = small_file();
         w.add_tensor("first", GgmlType::F32, {16}, d, 32);  // claims 64 bytes, 32 written

@@ -255,6 +255,16 @@ Status missing_key(std::string_view key) {
 
 }  // namespace
 
+GgufValue gguf_array_element(const GgufValue &arr, uint64_t k) {
+    SIEVE_CHECKF(arr.type == GgufType::ARRAY && k < arr.arr_n, "array element %llu of %llu",
+                 static_cast<unsigned long long>(k), static_cast<unsigned long long>(arr.arr_n));
+    GgufValue e;
+    e.type = arr.arr_type;
+    if (arr.arr_type == GgufType::STRING) e.str = arr.arr_strs[static_cast<size_t>(k)];
+    else if (const uint64_t n = scalar_size(arr.arr_type)) decode_scalar(arr.arr_type, arr.arr_data + k * n, &e);
+    return e;
+}
+
 // ---------------------------------------------------------------- open / close
 
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string &path) {

@@ -68,6 +68,10 @@ struct GgufValue {
     std::vector<std::string_view> arr_strs;    // STRING elements
 };
 
+// Element k (< arr.arr_n) of an ARRAY value as a scalar/STRING GgufValue. For
+// arrays of arrays only the type (ARRAY) is filled in.
+GgufValue gguf_array_element(const GgufValue &arr, uint64_t k);
+
 struct GgufKV {
     std::string_view key;
     GgufValue value;

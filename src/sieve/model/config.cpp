@@ -158,7 +158,7 @@ Status check_tensors(const GgufFile &f, const ModelConfig &c, const std::string 
     const std::string embd_hint = strfmt("check '%s.embedding_length' (%" PRId64 ")", arch.c_str(), c.n_embd);
     const std::string kv_hint =
         strfmt("check '%s.attention.head_count_kv' (%" PRId64 ") and the head size (%" PRId64
-               ") — is this file for another architecture?",
+               "); is this file for another architecture?",
                arch.c_str(), c.n_head_kv, c.head_dim);
     const std::string q_hint = strfmt("check '%s.attention.head_count' (%" PRId64 ") and the head size (%" PRId64 ")",
                                       arch.c_str(), c.n_head, c.head_dim);
