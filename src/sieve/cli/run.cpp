@@ -186,8 +186,8 @@ Result<std::string> read_file(const std::string &path) {
 }
 
 // Picks the chat template: --chat-template NAME, else the model's own.
-// Returns an empty optional-like result (ok, has_template = false) when the
-// model has none and no name was given.
+// *found stays false (and the status ok) when the model has none and no name
+// was given; an unrecognised template of the model is an error.
 Status choose_template(const RunOptions &o, const GgufFile &file, const Tokenizer &tok, ChatTemplate *out,
                        bool *found) {
     const std::string bos = tok.bos_id() >= 0 ? tok.token_to_piece(tok.bos_id()) : "";
@@ -330,7 +330,9 @@ int cmd_run(int argc, char **argv) {
     std::string kv_text;  // the text whose tokens the KV holds (chat mode)
 
     // One turn: user_text is a chat message (cnv) or raw text to continue.
-    auto turn = [&](const std::string &user_text) -> Status {
+    // echo: write raw text to stdout before its continuation (a -p prompt;
+    // lines typed in a chat are already on the terminal).
+    auto turn = [&](const std::string &user_text, bool echo) -> Status {
         std::string delta;
         if (cnv) {
             messages.push_back({"user", user_text});
@@ -344,7 +346,7 @@ int cmd_run(int argc, char **argv) {
             kv_text = *full;
         } else {
             delta = user_text;
-            if (o.display_prompt) {
+            if (echo) {
                 std::fwrite(delta.data(), 1, delta.size(), stdout);
                 std::fflush(stdout);
             }
@@ -363,7 +365,7 @@ int cmd_run(int argc, char **argv) {
     };
 
     if (o.has_prompt) {
-        if (Status st = turn(o.prompt); !st.ok()) return fail(st);
+        if (Status st = turn(o.prompt, o.display_prompt); !st.ok()) return fail(st);
         if (!interactive) std::fputs("\n", stdout);  // end the text's last line, as a shell expects
     }
     if (interactive) {
@@ -374,7 +376,7 @@ int cmd_run(int argc, char **argv) {
             if (!std::getline(std::cin, line)) break;
             if (line.empty()) continue;
             if (!cnv) line += "\n";
-            if (Status st = turn(line); !st.ok()) return fail(st);
+            if (Status st = turn(line, false); !st.ok()) return fail(st);
         }
         std::fputs("\n", stdout);
     }
