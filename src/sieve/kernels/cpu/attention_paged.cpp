@@ -1,0 +1,135 @@
+#include "sieve/kernels/cpu/attention_paged.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "sieve/core/aligned.h"
+#include "sieve/core/status.h"
+#include "sieve/kernels/cpu/simd.h"
+
+namespace sieve::cpu {
+
+namespace {
+
+constexpr int64_t k_min_chunk = 64;  // as in attention_decode
+
+struct PagedScratch {
+    AlignedBuffer<float> scores;   // per thread
+    AlignedBuffer<float> partial;  // calling thread: partials of all tasks
+};
+PagedScratch &paged_scratch() {
+    static thread_local PagedScratch s;
+    return s;
+}
+float *grow(AlignedBuffer<float> &b, int64_t n) {
+    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+    return b.data();
+}
+
+void check_args(const PagedAttnArgs &a, const char *who) {
+    SIEVE_CHECKF(a.n_kv >= 1 && a.block_size >= 1 && a.n_head >= 1 && a.n_head_kv >= 1 &&
+                     a.n_head % a.n_head_kv == 0 && a.head_dim >= 1,
+                 "%s: n_kv = %lld, block_size = %lld, n_head = %lld, n_head_kv = %lld, head_dim = %lld", who,
+                 static_cast<long long>(a.n_kv), static_cast<long long>(a.block_size),
+                 static_cast<long long>(a.n_head), static_cast<long long>(a.n_head_kv),
+                 static_cast<long long>(a.head_dim));
+    SIEVE_CHECKF(a.q && a.k_blocks && a.v_blocks && a.block_table && a.o, "%s: null pointer", who);
+}
+
+}  // namespace
+
+void attention_decode_paged(const PagedAttnArgs &a, ThreadPool &pool) {
+    check_args(a, "attention_decode_paged");
+    const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv, bs = a.block_size;
+    const int64_t head_stride = bs * d, block_stride = a.n_head_kv * head_stride;
+    // Chunking as in attention_decode, rounded up to whole blocks.
+    const int64_t want = std::max<int64_t>(1, (4 * pool.n_threads() + a.n_head_kv - 1) / a.n_head_kv);
+    int64_t n_chunks = std::clamp<int64_t>((a.n_kv + k_min_chunk - 1) / k_min_chunk, 1, want);
+    int64_t chunk = (a.n_kv + n_chunks - 1) / n_chunks;
+    chunk = (chunk + bs - 1) / bs * bs;
+    n_chunks = (a.n_kv + chunk - 1) / chunk;
+    const int64_t part_len = d + 2;
+    float *partial = grow(paged_scratch().partial, a.n_head * n_chunks * part_len);
+    pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
+        const int64_t kvh = task / n_chunks, c = task % n_chunks;
+        const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, a.n_kv);
+        float *s = grow(paged_scratch().scores, chunk);
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            const float *q = a.q + h * d;
+            float mx = -INFINITY;
+            for (int64_t b0 = j0; b0 < j1; b0 += bs) {
+                const float *kb = a.k_blocks + a.block_table[b0 / bs] * block_stride + kvh * head_stride;
+                const int64_t n = std::min(bs, j1 - b0);
+                for (int64_t r = 0; r < n; ++r) {
+                    const float sc = a.scale * simd::dot(q, kb + r * d, d);
+                    s[b0 - j0 + r] = sc;
+                    mx = std::max(mx, sc);
+                }
+            }
+            float *part = partial + (h * n_chunks + c) * part_len;
+            float *acc = part + 2;
+            std::fill(acc, acc + d, 0.0f);
+            float l = 0.0f;
+            for (int64_t b0 = j0; b0 < j1; b0 += bs) {
+                const float *vb = a.v_blocks + a.block_table[b0 / bs] * block_stride + kvh * head_stride;
+                const int64_t n = std::min(bs, j1 - b0);
+                for (int64_t r = 0; r < n; ++r) {
+                    const float p = std::exp(s[b0 - j0 + r] - mx);
+                    simd::scale_axpy(acc, 1.0f, p, vb + r * d, d);
+                    l += p;
+                }
+            }
+            part[0] = mx;
+            part[1] = l;
+        }
+    });
+    for (int64_t h = 0; h < a.n_head; ++h) {
+        const float *ph = partial + h * n_chunks * part_len;
+        float mx = -INFINITY;
+        for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, ph[c * part_len]);
+        float *out = a.o + h * d;
+        std::fill(out, out + d, 0.0f);
+        float l = 0.0f;
+        for (int64_t c = 0; c < n_chunks; ++c) {
+            const float w = std::exp(ph[c * part_len] - mx);
+            l += ph[c * part_len + 1] * w;
+            simd::scale_axpy(out, 1.0f, w, ph + c * part_len + 2, d);
+        }
+        simd::scale(out, 1.0f / l, d);
+        if (a.lse) a.lse[h] = mx + std::log(l);
+    }
+}
+
+void attention_decode_paged_ref(const PagedAttnArgs &a) {
+    check_args(a, "attention_decode_paged_ref");
+    const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv, bs = a.block_size;
+    std::vector<double> s(static_cast<size_t>(a.n_kv)), acc(static_cast<size_t>(d));
+    for (int64_t h = 0; h < a.n_head; ++h) {
+        const int64_t g = h / group;
+        const float *q = a.q + h * d;
+        auto row = [&](const float *blocks, int64_t t) {
+            return blocks + ((static_cast<int64_t>(a.block_table[t / bs]) * a.n_head_kv + g) * bs + t % bs) * d;
+        };
+        double mx = -INFINITY;
+        for (int64_t t = 0; t < a.n_kv; ++t) {
+            const float *k = row(a.k_blocks, t);
+            double dot = 0.0;
+            for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[c];
+            s[static_cast<size_t>(t)] = dot * a.scale;
+            mx = std::max(mx, s[static_cast<size_t>(t)]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        double l = 0.0;
+        for (int64_t t = 0; t < a.n_kv; ++t) {
+            const double p = std::exp(s[static_cast<size_t>(t)] - mx);
+            const float *v = row(a.v_blocks, t);
+            for (int64_t c = 0; c < d; ++c) acc[static_cast<size_t>(c)] += p * v[c];
+            l += p;
+        }
+        for (int64_t c = 0; c < d; ++c) a.o[h * d + c] = static_cast<float>(acc[static_cast<size_t>(c)] / l);
+        if (a.lse) a.lse[h] = static_cast<float>(mx + std::log(l));
+    }
+}
+
+}  // namespace sieve::cpu
