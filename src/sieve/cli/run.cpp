@@ -14,6 +14,7 @@
 //      context is full.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
