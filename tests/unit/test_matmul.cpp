@@ -84,7 +84,7 @@ TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
             for (int64_t n_rows : {1, 3, 67, 130}) {
                 const auto w = random_weights(rng, type, n_rows, n_cols);
                 ASSERT_FALSE(w.bytes.empty());
-                for (int64_t n_tokens : {1, 2, 3, 7, 33, 70}) {
+                for (int64_t n_tokens : {1, 2, 3, 7, 33}) {
                     const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
                     std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), NAN), ref(y.size());
                     cpu::matmul(w.view, x.data(), n_tokens, y.data(), pool);
