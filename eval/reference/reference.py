@@ -161,6 +161,12 @@ class Reference:
                     w[name + "_bias"] = self._weight(p + name + ".bias")
             self.layers.append(w)
         del self._tensors
+        self.has_q8_weights = bool(self._q8_ids)
+        # Vocabulary, for callers that build prompts (the forward pass needs none of it).
+        self.tokens = list(_field(reader, "tokenizer.ggml.tokens", []))
+        self.bos = int(_field(reader, "tokenizer.ggml.bos_token_id", -1))
+        tok_model = _field(reader, "tokenizer.ggml.model", "")
+        self.add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", tok_model == "llama")) and self.bos >= 0
 
     def _weight(self, name: str) -> np.ndarray:
         """Dequantized tensor shaped [ne[1], ne[0]] (rows are output features)."""

@@ -4,12 +4,14 @@
 // weights (fixed seed, never zeros) exercise paths stories260K and SmolLM2 do
 // not: qwen2 biases and neox RoPE, a separate output matrix, rope_freqs.
 //
-//   make_random_model OUT.gguf [--arch qwen2|llama] [--seed N]
+//   make_random_model OUT.gguf [--arch qwen2|llama] [--seed N] [--float]
 //
 // qwen2: GQA 8/2, head_dim 32, q/k/v biases, separate output.weight, rope
 //        base 1e6, weights in F32, F16 and Q8_0.
 // llama: GQA 4/1, head_dim 64, tied embeddings, rope_freqs.weight divisors
-//        (Llama 3.1 style), weights in F16, Q4_0, Q4_1 and Q5_1.
+//        (Llama 3.1 style), weights in Q8_0, F16, Q4_0, Q4_1 and Q5_1.
+// --float stores every block-quantized matrix as F16 instead: no 8-bit
+// activation rounding in sieve's matmul, so logits can be held to f32 accuracy.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -194,7 +196,7 @@ sieve::Status Maker::write(const std::string &path) {
 }
 
 int usage() {
-    std::fprintf(stderr, "usage: make_random_model OUT.gguf [--arch qwen2|llama] [--seed N]\n");
+    std::fprintf(stderr, "usage: make_random_model OUT.gguf [--arch qwen2|llama] [--seed N] [--float]\n");
     return 2;
 }
 
@@ -205,11 +207,14 @@ int main(int argc, char **argv) {
     const std::string out = argv[1];
     std::string arch = "qwen2";
     uint64_t seed = 1234;
+    bool all_float = false;
     for (int i = 2; i < argc; ++i) {
         if (std::strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
             arch = argv[++i];
         } else if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
             seed = std::strtoull(argv[++i], nullptr, 10);
+        } else if (std::strcmp(argv[i], "--float") == 0) {
+            all_float = true;
         } else {
             return usage();
         }
@@ -224,6 +229,10 @@ int main(int argc, char **argv) {
                   T::Q8_0, T::Q8_0, T::Q4_0, T::F16, T::Q5_1, T::Q4_1, T::Q4_0, T::Q5_1, T::Q4_1};
     } else {
         return usage();
+    }
+    if (all_float) {
+        for (GgmlType *t : {&s.t_embd, &s.t_out, &s.t_q, &s.t_k, &s.t_v, &s.t_o, &s.t_gate, &s.t_up, &s.t_down})
+            if (*t != T::F32) *t = T::F16;
     }
     Maker m(s, seed);
     sieve::Status st = m.write(out);

@@ -1,0 +1,207 @@
+// Model::forward and ContiguousKv without Python: batching invariants (a
+// sequence's logits do not depend on what else is in the batch or how its
+// prompt is chunked), KV rollback, and clear errors for bad batches. The
+// numbers themselves are checked against the NumPy reference in tests/model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sieve/gguf/gguf.h"
+#include "sieve/kv/contiguous_kv.h"
+#include "sieve/model/model.h"
+
+namespace sieve {
+namespace {
+
+const std::string k_model = std::string(SIEVE_SHARED_MODELS) + "/stories260K.gguf";
+
+class ModelTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        auto f = GgufFile::open(k_model);
+        ASSERT_TRUE(f.ok()) << f.status().message();
+        file_ = std::move(f.value());
+        auto m = Model::load(*file_);
+        ASSERT_TRUE(m.ok()) << m.status().message();
+        model_ = std::move(m.value());
+        n_vocab_ = model_->config().n_vocab;
+    }
+
+    std::unique_ptr<ContiguousKv> make_kv(int n_seq, int64_t n_ctx) {
+        auto kv = ContiguousKv::create(model_->kv_shape(n_seq), n_ctx);
+        EXPECT_TRUE(kv.ok()) << kv.status().message();
+        return std::move(kv.value());
+    }
+
+    std::vector<int32_t> random_tokens(int64_t n, uint32_t seed) {
+        std::mt19937 rng(seed);
+        std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(n_vocab_ - 1));
+        std::vector<int32_t> t(static_cast<size_t>(n));
+        for (auto &x : t) x = d(rng);
+        return t;
+    }
+
+    // Logits of every position of `tokens` run alone in slot 0, in chunks.
+    std::vector<float> run_alone(const std::vector<int32_t> &tokens, int64_t chunk) {
+        auto kv = make_kv(1, 128);
+        auto ws = model_->make_workspace(chunk);
+        std::vector<float> out;
+        for (size_t start = 0; start < tokens.size(); start += static_cast<size_t>(chunk)) {
+            const size_t end = std::min(tokens.size(), start + static_cast<size_t>(chunk));
+            std::vector<int32_t> pos, seq(end - start, 0);
+            std::vector<int8_t> want(end - start, 1);
+            for (size_t i = start; i < end; ++i) pos.push_back(static_cast<int32_t>(i));
+            Batch b{tokens.data() + start, pos.data(), seq.data(), static_cast<int64_t>(end - start), want.data()};
+            Status st = model_->forward(b, *kv, *ws, pool_);
+            EXPECT_TRUE(st.ok()) << st.message();
+            out.insert(out.end(), ws->logits(), ws->logits() + ws->n_outputs() * n_vocab_);
+        }
+        return out;
+    }
+
+    ThreadPool pool_{2};
+    std::unique_ptr<GgufFile> file_;
+    std::unique_ptr<Model> model_;
+    int64_t n_vocab_ = 0;
+};
+
+float max_abs_diff(const float *a, const float *b, int64_t n) {
+    float d = 0.0f;
+    for (int64_t i = 0; i < n; ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+    return d;
+}
+
+TEST_F(ModelTest, ChunkingDoesNotChangeLogits) {
+    const auto tokens = random_tokens(21, 1);
+    const auto whole = run_alone(tokens, 21);
+    for (int64_t chunk : {1, 5, 8}) {
+        const auto chunked = run_alone(tokens, chunk);
+        ASSERT_EQ(chunked.size(), whole.size());
+        // f32 summation order differs between the prefill and decode kernels only.
+        EXPECT_LT(max_abs_diff(whole.data(), chunked.data(), static_cast<int64_t>(whole.size())), 1e-4f)
+            << "chunk " << chunk;
+    }
+}
+
+TEST_F(ModelTest, SequencesInOneBatchAreIndependent) {
+    const auto a = random_tokens(23, 2), b = random_tokens(9, 3);
+    const auto alone_a = run_alone(a, 23), alone_b = run_alone(b, 9);
+    // Batch: b in slot 2 first, then a in slot 0; default want_logits = last token of each.
+    std::vector<int32_t> tok, pos, seq;
+    for (size_t i = 0; i < b.size(); ++i) tok.push_back(b[i]), pos.push_back(static_cast<int32_t>(i)), seq.push_back(2);
+    for (size_t i = 0; i < a.size(); ++i) tok.push_back(a[i]), pos.push_back(static_cast<int32_t>(i)), seq.push_back(0);
+    auto kv = make_kv(3, 64);
+    auto ws = model_->make_workspace(64);
+    Batch batch{tok.data(), pos.data(), seq.data(), static_cast<int64_t>(tok.size()), nullptr};
+    ASSERT_TRUE(model_->forward(batch, *kv, *ws, pool_).ok());
+    ASSERT_EQ(ws->n_outputs(), 2);
+    EXPECT_EQ(ws->output_token(0), static_cast<int64_t>(b.size()) - 1);
+    EXPECT_EQ(ws->output_token(1), static_cast<int64_t>(tok.size()) - 1);
+    EXPECT_LT(max_abs_diff(ws->logits(), alone_b.data() + (b.size() - 1) * n_vocab_, n_vocab_), 1e-4f);
+    EXPECT_LT(max_abs_diff(ws->logits() + n_vocab_, alone_a.data() + (a.size() - 1) * n_vocab_, n_vocab_), 1e-4f);
+    EXPECT_EQ(kv->n_tokens(0), static_cast<int64_t>(a.size()));
+    EXPECT_EQ(kv->n_tokens(1), 0);
+    EXPECT_EQ(kv->n_tokens(2), static_cast<int64_t>(b.size()));
+
+    // A decode step for both at once continues each sequence on its own.
+    std::vector<int32_t> t2 = {a[0], b[0]}, p2 = {static_cast<int32_t>(a.size()), static_cast<int32_t>(b.size())},
+                         s2 = {0, 2};
+    Batch step{t2.data(), p2.data(), s2.data(), 2, nullptr};
+    ASSERT_TRUE(model_->forward(step, *kv, *ws, pool_).ok());
+    auto a2 = a;
+    a2.push_back(a[0]);
+    const auto alone_a2 = run_alone(a2, static_cast<int64_t>(a2.size()));
+    EXPECT_LT(max_abs_diff(ws->logits(), alone_a2.data() + (a2.size() - 1) * n_vocab_, n_vocab_), 1e-4f);
+}
+
+TEST_F(ModelTest, RewritingTheTailMatchesAFreshRun) {
+    const auto t = random_tokens(12, 4);
+    auto kv = make_kv(1, 32);
+    auto ws = model_->make_workspace(12);
+    std::vector<int32_t> pos(12), seq(12, 0);
+    for (int i = 0; i < 12; ++i) pos[static_cast<size_t>(i)] = i;
+    ASSERT_TRUE(model_->forward(Batch{t.data(), pos.data(), seq.data(), 12, nullptr}, *kv, *ws, pool_).ok());
+    // Roll back to 7 tokens and feed a different token at position 7.
+    const auto other = random_tokens(1, 5);
+    std::vector<int32_t> p7 = {7}, s0 = {0};
+    ASSERT_TRUE(model_->forward(Batch{other.data(), p7.data(), s0.data(), 1, nullptr}, *kv, *ws, pool_).ok());
+    EXPECT_EQ(kv->n_tokens(0), 8);
+    std::vector<int32_t> fresh(t.begin(), t.begin() + 7);
+    fresh.push_back(other[0]);
+    const auto want = run_alone(fresh, 8);
+    EXPECT_LT(max_abs_diff(ws->logits(), want.data() + 7 * n_vocab_, n_vocab_), 1e-4f);
+}
+
+TEST_F(ModelTest, BadBatchesAreErrorsAndLeaveKvAlone) {
+    auto kv = make_kv(2, 8);
+    auto ws = model_->make_workspace(8);
+    const auto expect_error = [&](std::vector<int32_t> tok, std::vector<int32_t> pos, std::vector<int32_t> seq,
+                                  const char *needle) {
+        Batch b{tok.data(), pos.data(), seq.data(), static_cast<int64_t>(tok.size()), nullptr};
+        Status st = model_->forward(b, *kv, *ws, pool_);
+        ASSERT_FALSE(st.ok()) << needle;
+        EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+        EXPECT_EQ(kv->n_tokens(0), 0);
+        EXPECT_EQ(kv->n_tokens(1), 0);
+    };
+    const int32_t v = static_cast<int32_t>(n_vocab_);
+    expect_error({3, v}, {0, 1}, {0, 0}, "out of the vocabulary");
+    expect_error({3, -1}, {0, 1}, {0, 0}, "out of the vocabulary");
+    expect_error({3, 4}, {0, 1}, {0, 5}, "sequence slot 5");
+    expect_error({3, 4, 5}, {0, 0, 1}, {0, 1, 0}, "not contiguous");
+    expect_error({3, 4}, {0, 2}, {0, 0}, "not consecutive");
+    expect_error({3, 4}, {1, 2}, {0, 0}, "starts at position 1");
+    expect_error(std::vector<int32_t>(9, 3), {0, 1, 2, 3, 4, 5, 6, 7, 8}, std::vector<int32_t>(9, 0), "batch of 9");
+    // Room for 8 tokens per slot: positions 4..8 need 9.
+    std::vector<int32_t> t4(4, 3), p4 = {0, 1, 2, 3}, s4(4, 1);
+    ASSERT_TRUE(model_->forward(Batch{t4.data(), p4.data(), s4.data(), 4, nullptr}, *kv, *ws, pool_).ok());
+    std::vector<int32_t> t5(5, 3), p5 = {4, 5, 6, 7, 8}, s5(5, 1);
+    Status st = model_->forward(Batch{t5.data(), p5.data(), s5.data(), 5, nullptr}, *kv, *ws, pool_);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("capacity is 8"), std::string::npos) << st.message();
+    EXPECT_EQ(kv->n_tokens(1), 4);
+}
+
+TEST(ContiguousKv, LanesAreDisjointAndSized) {
+    KvShape shape{3, 2, 2, 8};
+    auto r = ContiguousKv::create(shape, 5);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ContiguousKv &kv = *r.value();
+    // Fill every lane with its own value, then read all back.
+    const auto tag = [](int s, int l, int h, int k) { return static_cast<float>(((s * 2 + l) * 2 + h) * 2 + k + 1); };
+    for (int s = 0; s < 3; ++s)
+        for (int l = 0; l < 2; ++l)
+            for (int h = 0; h < 2; ++h) {
+                std::fill_n(kv.k_lane(s, l, h), 5 * 8, tag(s, l, h, 0));
+                std::fill_n(kv.v_lane(s, l, h), 5 * 8, tag(s, l, h, 1));
+            }
+    for (int s = 0; s < 3; ++s)
+        for (int l = 0; l < 2; ++l)
+            for (int h = 0; h < 2; ++h)
+                for (int i = 0; i < 5 * 8; ++i) {
+                    ASSERT_EQ(kv.k_lane(s, l, h)[i], tag(s, l, h, 0));
+                    ASSERT_EQ(kv.v_lane(s, l, h)[i], tag(s, l, h, 1));
+                }
+    EXPECT_TRUE(kv.reserve(1, 5).ok());
+    Status st = kv.reserve(1, 6);
+    EXPECT_FALSE(st.ok());
+    kv.set_n_tokens(2, 4);
+    EXPECT_EQ(kv.n_tokens(2), 4);
+    kv.clear(2);
+    EXPECT_EQ(kv.n_tokens(2), 0);
+}
+
+TEST(ContiguousKv, ImpossibleSizesAreErrors) {
+    EXPECT_FALSE(ContiguousKv::create(KvShape{0, 2, 2, 8}, 5).ok());
+    EXPECT_FALSE(ContiguousKv::create(KvShape{1, 2, 2, 8}, 0).ok());
+    auto huge = ContiguousKv::create(KvShape{1 << 20, 1 << 10, 64, 128}, int64_t{1} << 30);
+    ASSERT_FALSE(huge.ok());
+    EXPECT_NE(huge.status().message().find("overflows"), std::string::npos) << huge.status().message();
+}
+
+}  // namespace
+}  // namespace sieve
