@@ -145,6 +145,18 @@ TEST(ModelConfig, RopeScaling) {
     EXPECT_FLOAT_EQ(r->rope_scaling.linear_factor, 4.0f);
     EXPECT_FALSE(r->rope_scaling.has_freq_factors);
 
+    m.extra_kvs = [](GgufWriter *w) {
+        w->add_string("llama.rope.scaling.type", "llama3");
+        w->add_f32("llama.rope.scaling.factor", 8.0f);
+        w->add_u32("llama.rope.scaling.original_context_length", 8192);
+    };
+    b = build(m);
+    r = ModelConfig::from_gguf(*b.file);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(r->rope_scaling.llama3);
+    EXPECT_FLOAT_EQ(r->rope_scaling.factor, 8.0f);
+    EXPECT_EQ(r->rope_scaling.original_ctx, 8192);
+
     m.extra_kvs = [](GgufWriter *w) { w->add_string("llama.rope.scaling.type", "yarn"); };
     EXPECT_HAS(config_error(m), "rope scaling type 'yarn' is not supported");
 

@@ -147,7 +147,10 @@ private:
 // files; values are copied at add time, so callers may free their buffers.
 class GgufWriter {
 public:
-    void set_alignment(uint32_t alignment);  // also written as general.alignment when not 32
+    // Also written as general.alignment when not 32. A general.alignment key
+    // added by hand is written as given instead (broken-file tests), while
+    // the layout still follows set_alignment.
+    void set_alignment(uint32_t alignment);
     void add_u8(const std::string &key, uint8_t v);
     void add_i8(const std::string &key, int8_t v);
     void add_u16(const std::string &key, uint16_t v);
