@@ -1,8 +1,12 @@
 // kv_bench: the measurements of docs/kv-memory.md.
 //
-//   kv_bench attn  [reps]   decode attention, contiguous lanes vs paged blocks 16/64/256
-//   kv_bench map   [reps]   mapping cost per decode step and per prefill (batch 16, 4k)
-//   kv_bench trace [seed]   pool waste for 1,000 log-normal sequence lengths
+//   kv_bench attn  [reps] [threads]   decode attention, contiguous lanes vs paged blocks 16/64/256
+//   kv_bench map   [reps] [threads]   mapping cost per decode step and per prefill (batch 16, 4k)
+//   kv_bench trace [seed]             pool waste for 1,000 log-normal sequence lengths
+//
+// threads defaults to 1: on a small shared machine a second pool thread that
+// loses its core stalls every kernel call for a scheduler tick, which hides
+// the memory-layout effect being measured.
 //
 // Timings: each repeat measures every variant once, interleaved, so drift on a
 // shared machine hits all of them alike; we print the median and min..max over
@@ -110,8 +114,8 @@ double time_paged(PagedKv &kv, const HeadShape &hs, int batch, int64_t ctx, cons
     return spread(t).median;
 }
 
-int run_attn(int reps) {
-    ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+int run_attn(int reps, int n_threads) {
+    ThreadPool pool(n_threads);
     std::printf("# decode attention, one layer, %d threads, %d repeats; time per step (all sequences) in us\n",
                 pool.n_threads(), reps);
     std::printf("shape,batch,ctx,contig_us,contig_lo,contig_hi,bs16_us,bs16_lo,bs16_hi,bs64_us,bs64_lo,bs64_hi,"
@@ -188,8 +192,8 @@ int run_attn(int reps) {
 // map: mapping cost in decode steps and prefill, SmolLM2 KV shape, batch 16, 4k
 // ---------------------------------------------------------------------------
 
-int run_map(int reps) {
-    ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+int run_map(int reps, int n_threads) {
+    ThreadPool pool(n_threads);
     const HeadShape hs = k_smollm2;
     const int batch = 16;
     const int64_t ctx = 4096, n_decode = 1024;
@@ -219,6 +223,8 @@ int run_map(int reps) {
             if (mode == 1) {
                 for (int s = 0; s < batch; ++s) kv.set_n_tokens(s, ctx);
                 kv.trim();
+                for (int s = 0; s < batch; ++s)  // what the engine does after a prefill step
+                    if (!kv.map_ahead(s).ok()) return 1;
             }
             kv.reset_stats();
             int64_t in_reserve = 0, bg = 0;
@@ -375,9 +381,10 @@ int run_trace(uint32_t seed) {
 int main(int argc, char **argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     const int arg = argc > 2 ? std::atoi(argv[2]) : 0;
-    if (cmd == "attn") return sieve::run_attn(arg > 0 ? arg : 5);
-    if (cmd == "map") return sieve::run_map(arg > 0 ? arg : 5);
+    const int threads = argc > 3 ? std::max(1, std::atoi(argv[3])) : 1;
+    if (cmd == "attn") return sieve::run_attn(arg > 0 ? arg : 5, threads);
+    if (cmd == "map") return sieve::run_map(arg > 0 ? arg : 5, threads);
     if (cmd == "trace") return sieve::run_trace(arg > 0 ? static_cast<uint32_t>(arg) : 1);
-    std::fprintf(stderr, "usage: kv_bench attn [reps] | map [reps] | trace [seed]\n");
+    std::fprintf(stderr, "usage: kv_bench attn [reps] [threads] | map [reps] [threads] | trace [seed]\n");
     return 2;
 }

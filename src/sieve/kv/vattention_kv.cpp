@@ -206,7 +206,10 @@ void VAttentionKv::shrink_lane(size_t lane, int64_t keep_pages) {
                  std::strerror(errno));
     ++stats_.n_unmap_calls;
     stats_.n_pages_unmapped += have - keep_pages;
-    for (int64_t j = keep_pages; j < have; ++j) pool_->release(ln.pages[static_cast<size_t>(j)]);
+    // Last page first: the pool's free list is a stack, so these pages come
+    // back in ascending order and a lane regrowing takes them as one run (one
+    // mmap, one VMA).
+    for (int64_t j = have - 1; j >= keep_pages; --j) pool_->release(ln.pages[static_cast<size_t>(j)]);
     ln.pages.resize(static_cast<size_t>(keep_pages));
     n_mapped_ -= have - keep_pages;
 }
