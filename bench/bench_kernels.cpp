@@ -1,11 +1,8 @@
 // Micro-benchmarks of the CPU kernels on the default model's shapes
 // (SmolLM2-135M: dim 576, ffn 1536, vocab 49152; 9 query / 3 KV heads of 64).
-// Not part of the CMake build yet; from the repository root, after building
-// libsieve into BUILD:
+// Built as build/bench/bench_kernels (bench/CMakeLists.txt):
 //
-//   g++ -O3 -march=native -std=c++20 -Isrc -Itests/unit bench/bench_kernels.cpp
-//       BUILD/libsieve.a -lbenchmark -lpcre2-8 -lpthread -o bench_kernels     (one line)
-//   ./bench_kernels --benchmark_filter=Matmul
+//   ./build/bench/bench_kernels --benchmark_filter=Matmul
 //
 // Counters: FLOP/s (2 per multiply-add) and, for matmul, weight bytes/s.
 // Google Benchmark computes rates from the main thread's CPU time; on a busy

@@ -11,6 +11,8 @@ namespace {
 // between two kernels of one forward pass, short enough not to burn a core
 // between requests.
 constexpr int k_spin_iters = 1 << 16;
+// How long the caller spins waiting for stragglers before it yields.
+constexpr int k_wait_spin_iters = 1 << 12;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -47,8 +49,17 @@ void ThreadPool::run_impl(int64_t n_tasks, Trampoline fn, void *ctx) {
     generation_.fetch_add(1, std::memory_order_release);
     generation_.notify_all();
     drain(0);
-    // Wait for the workers to finish their last task.
-    while (n_active_.load(std::memory_order_acquire) != 0) _mm_pause();
+    // Wait for the workers to finish their last task. Spin first (the common
+    // case is a worker one task behind); past that, a worker has probably been
+    // descheduled by another process, so give the core back instead of
+    // burning the time slice it needs.
+    for (int spins = 0; n_active_.load(std::memory_order_acquire) != 0; ++spins) {
+        if (spins < k_wait_spin_iters) {
+            _mm_pause();
+        } else {
+            std::this_thread::yield();
+        }
+    }
 }
 
 void ThreadPool::worker_main(int thread) {
