@@ -23,7 +23,7 @@ function(sieve_run_test name rc out_re err_re)
   endforeach()
   add_test(NAME cli.run.${name}
            COMMAND ${SIEVE_EXPECT} ${opts} ${rc} "${out_re}" "${err_re}" -- ${SIEVE_BIN} run ${args})
-  set_tests_properties(cli.run.${name} PROPERTIES LABELS cli SKIP_RETURN_CODE 77)
+  set_tests_properties(cli.run.${name} PROPERTIES LABELS cli)
 endfunction()
 
 # --- generation ---------------------------------------------------------------
@@ -55,11 +55,13 @@ sieve_run_test(interactive_raw 0 "> " "generation: 12 tokens"
   --stdin "Once upon a time\\nThe end\\n"
   -- -m ${SIEVE_STORIES} -i -no-cnv -n 6 --temp 0)
 
-# The default model answers a question through its chat template (skipped
-# with the reason when scripts/fetch_model.sh has not been run).
-sieve_run_test(default_model_chat 0 "Paris" "chat template: chatml"
-  --skip-unless ${SIEVE_DEFAULT_MODEL}
-  -- -p "What is the capital of France?" -n 24 --temp 0)
+# The default model answers a question through its chat template. (Not
+# "capital of France": there the exact model's first token is a near-tie,
+# 0.08 logits between "The" and "L", that 8-bit activation rounding flips;
+# see docs/correctness.md.)
+sieve_run_test(default_model_chat 0 "Tokyo" "chat template: chatml"
+  --require ${SIEVE_DEFAULT_MODEL}
+  -- -p "What is the capital of Japan?" -n 24 --temp 0)
 
 # --- errors ---------------------------------------------------------------------
 sieve_run_test(help 0 "usage: sieve run" "" -- --help)

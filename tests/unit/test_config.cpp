@@ -71,7 +71,7 @@ TEST(ModelConfig, Stories260K) {
 TEST(ModelConfig, SmolLM2) {
     const std::string path = default_model_path();
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) GTEST_SKIP() << "default model not fetched: run scripts/fetch_model.sh";
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path << " is missing: run scripts/fetch_model.sh";
     auto f = GgufFile::open(path);
     ASSERT_TRUE(f.ok()) << f.status().message();
     auto r = ModelConfig::from_gguf(*f.value());
