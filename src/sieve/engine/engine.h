@@ -1,0 +1,115 @@
+// The serving engine: a request queue and an engine thread running
+// continuous batching over one Model and one KV store.
+//
+// The scheduler has no prefill/decode phases (vLLM v1's rule): every running
+// sequence has n_computed and n_total tokens; a step gives each sequence
+// min(n_total - n_computed, budget left) tokens, decode tokens of running
+// sequences first, then prefill chunks, up to max_batch_tokens. One forward
+// per step over all scheduled tokens.
+//
+// One step:
+//   1. admit waiting requests while free KV pages cover them;
+//   2. schedule: decode tokens first, then prefill chunks (chunked prefill);
+//   3. reserve KV; on exhaustion preempt the newest running sequence (free its
+//      pages, put it back at the front of the queue to recompute later);
+//   4. forward;
+//   5. sample per sequence with its own parameters, detokenize, check stop
+//      conditions, emit events; free finished and cancelled sequences.
+//
+// Threading: submit()/cancel()/stats() are called from any thread (the HTTP
+// server's); everything else runs on the engine thread. Events are delivered
+// on the engine thread through the request's callback, which must not block
+// (push into a queue and return).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sieve/core/status.h"
+#include "sieve/engine/sampler.h"
+
+namespace sieve {
+
+class Model;
+class Tokenizer;
+
+struct EngineOptions {
+    int n_threads = 0;              // 0 = number of cores
+    int max_seqs = 16;              // sequence slots (--parallel)
+    int64_t max_ctx = 4096;         // tokens per sequence (prompt + generated)
+    int64_t max_batch_tokens = 512; // tokens per forward step
+    int64_t kv_memory_bytes = 0;    // KV pool budget (--kv-memory); 0 = enough for max_seqs * max_ctx
+    int64_t kv_page_bytes = 64 * 1024;
+    int max_waiting = 256;          // queue limit; submit() past it fails (HTTP 429/503)
+};
+
+enum class FinishReason { none, stop, length, cancelled, error };
+const char *finish_reason_name(FinishReason r);  // "stop", "length", ...
+
+struct GenRequest {
+    std::vector<int32_t> prompt;        // token ids (BOS already applied)
+    SamplerParams sampling;
+    int64_t max_tokens = 16;            // generated tokens at most
+    std::vector<std::string> stop;      // stop strings (not included in the output)
+    bool ignore_eos = false;
+    int32_t n_logprobs = -1;            // -1: none; 0..20: chosen token's logprob + that many alternatives
+};
+
+// One thing that happened to a request, delivered in order.
+struct GenEvent {
+    uint64_t request_id = 0;
+    // Text that is now final (never half a UTF-8 character, never the start of
+    // a possible stop string); may be empty when a token produced no text yet.
+    std::string text;
+    std::vector<int32_t> tokens;         // tokens this event covers
+    std::vector<TokenLogprob> logprobs;  // chosen token per entry of tokens, when asked
+    std::vector<std::vector<TokenLogprob>> top_logprobs;
+    bool finished = false;
+    FinishReason finish_reason = FinishReason::none;
+    std::string error;                   // when finish_reason == error
+    int64_t n_prompt_tokens = 0;         // on the finished event
+    int64_t n_gen_tokens = 0;            // on the finished event
+};
+using GenCallback = std::function<void(const GenEvent &)>;
+
+struct EngineStats {
+    int n_running = 0;
+    int n_waiting = 0;
+    int64_t kv_pages_total = 0;
+    int64_t kv_pages_used = 0;           // mapped for live sequences (cached pages of finished ones count as free)
+    int64_t n_preemptions = 0;
+    int64_t prompt_tokens_total = 0;     // counters since start
+    int64_t gen_tokens_total = 0;
+    int64_t n_steps = 0;
+};
+
+class Engine {
+public:
+    // The model and tokenizer must outlive the engine. Starts the engine thread.
+    static Result<std::unique_ptr<Engine>> create(const Model &model, const Tokenizer &tok,
+                                                  const EngineOptions &opt);
+    ~Engine();  // aborts what is left (each gets a cancelled event) and joins
+
+    // Validates (prompt length vs max_ctx, sampling params, ids in range) and
+    // queues. Returns the request id, or an error naming the bad field, or a
+    // "queue full" error (check is_queue_full_error) when max_waiting is hit.
+    Result<uint64_t> submit(GenRequest req, GenCallback cb);
+    // Frees the sequence's KV at the next step; its last event says cancelled.
+    void cancel(uint64_t request_id);
+    // Stops accepting work; drain = finish what is queued and running, else cancel it.
+    void shutdown(bool drain);
+
+    EngineStats stats() const;
+    const EngineOptions &options() const;
+
+    static bool is_queue_full_error(const Status &st);
+
+private:
+    struct Impl;  // scheduler, sequences, KV store, thread: engine/*.cpp
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sieve
