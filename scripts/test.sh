@@ -2,7 +2,8 @@
 # Builds sieve and runs the whole test suite:
 #   1. Release build with warnings as errors; every CTest test (unit tests,
 #      model-vs-reference tests, CLI tests);
-#   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+#   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. a short libFuzzer run of the GGUF reader (SIEVE_FUZZ_SECONDS, default 30).
 # Needs what scripts/install_deps.sh installs, and the default model (fetched
 # here into the cache if it is not there yet).
 #
@@ -26,8 +27,14 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 if [ -z "${SIEVE_SKIP_ASAN:-}" ]; then
     echo "== unit tests under ASan/UBSan ==" >&2
     cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIEVE_WERROR=ON \
-        -DSIEVE_SANITIZE=ON >/dev/null
+        -DSIEVE_SANITIZE=ON -DSIEVE_BENCH=OFF >/dev/null
     cmake --build build-asan -j "$jobs"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+fi
+
+fuzz_seconds="${SIEVE_FUZZ_SECONDS:-30}"
+if [ "$fuzz_seconds" -gt 0 ]; then
+    echo "== GGUF reader under libFuzzer for ${fuzz_seconds}s ==" >&2
+    tests/fuzz/run.sh "$fuzz_seconds"
 fi
