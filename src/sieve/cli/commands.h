@@ -5,5 +5,6 @@ namespace sieve::cli {
 
 int cmd_run(int argc, char **argv);   // sieve run: generate text (llama-cli's flags)
 int cmd_info(int argc, char **argv);  // sieve info FILE: metadata, tensors, memory estimate
+int cmd_bench(int argc, char **argv); // sieve bench: pp/tg speed at depths (llama-bench's flags)
 
 }  // namespace sieve::cli

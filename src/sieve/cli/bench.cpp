@@ -1,0 +1,410 @@
+// sieve bench: prompt-processing and generation speed, in the manner of
+// llama-bench (same flags, same test names, same jsonl field names).
+//
+// For each model x threads x depth x test:
+//   1. depth: the KV of slot 0 is filled with n_depth random tokens (prefill
+//      in batches of n_batch, not timed) once; every run rolls back to it
+//      with set_n_tokens, so repetitions see the same KV;
+//   2. pp<P>: P random tokens prefilled in batches of up to n_batch, timed;
+//      tg<N>: N random tokens fed one per forward pass (no sampling), timed;
+//   3. a warm-up run first (tg: up to 16 tokens), then -r timed repetitions.
+// Each row reports mean ± std of tokens/s over the repetitions, the median,
+// and for tg the achieved bandwidth: (weight bytes + K/V bytes read per
+// token at the test's mean position) x tokens/s, and its fraction of the
+// machine's read bandwidth, which is measured at start (or given).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sieve/cli/args.h"
+#include "sieve/cli/bench_report.h"
+#include "sieve/cli/commands.h"
+#include "sieve/core/membw.h"
+#include "sieve/core/thread_pool.h"
+#include "sieve/core/timer.h"
+#include "sieve/gguf/gguf.h"
+#include "sieve/kv/contiguous_kv.h"
+#include "sieve/kv/vattention_kv.h"
+#include "sieve/model/model.h"
+
+namespace sieve::cli {
+
+namespace {
+
+struct BenchOptions {
+    std::vector<std::string> models;
+    std::vector<int64_t> n_prompt = {512};
+    std::vector<int64_t> n_gen = {128};
+    std::vector<int64_t> n_depth = {0};
+    std::vector<int64_t> n_threads;
+    int64_t n_batch = 512;
+    int64_t reps = 5;
+    BenchFormat format = BenchFormat::md;
+    double bandwidth_gbps = 0;  // 0 = measure
+    std::string kv = "vattention";
+};
+
+void print_usage(FILE *out) {
+    std::fprintf(out,
+                 "usage: sieve bench [options]\n"
+                 "\n"
+                 "Measures prompt processing (pp) and generation (tg) speed like llama-bench.\n"
+                 "List options take comma-separated values and may be repeated.\n"
+                 "\n"
+                 "  -m, --model FILE[,FILE]     GGUF model(s) (default: the default model)\n"
+                 "  -p, --n-prompt N[,N]        prompt sizes (default 512; 0 skips pp)\n"
+                 "  -n, --n-gen N[,N]           generation sizes (default 128; 0 skips tg)\n"
+                 "  -d, --n-depth N[,N]         tokens already in the KV before each test (default 0)\n"
+                 "  -t, --threads N[,N]         threads (default: all cores)\n"
+                 "  -b, --batch-size N          max tokens per forward pass in pp and depth fill (default 512)\n"
+                 "  -r, --repetitions N         timed runs per test after one warm-up (default 5)\n"
+                 "  -o, --output md|csv|json|jsonl   output format (default md)\n"
+                 "      --bandwidth GBPS        the machine's read bandwidth; skips measuring it\n"
+                 "      --kv vattention|contiguous  KV store (default vattention)\n"
+                 "  -h, --help\n");
+}
+
+Status parse_list(const std::string &flag, const std::string &text, int64_t min, int64_t max,
+                  std::vector<int64_t> *out) {
+    size_t start = 0;
+    while (true) {
+        const size_t comma = text.find(',', start);
+        const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        Result<int64_t> v = parse_int(flag, part, min, max);
+        if (!v.ok()) return v.status();
+        out->push_back(v.value());
+        if (comma == std::string::npos) return Status();
+        start = comma + 1;
+    }
+}
+
+// Exit status, or -1 to go on.
+int parse_options(int argc, char **argv, BenchOptions *o) {
+    ArgCursor args(argc, argv);
+    std::string flag;
+    // A list flag given by the user replaces its default; repeats append.
+    bool seen_p = false, seen_n = false, seen_d = false;
+    const auto fail = [](const Status &st) {
+        std::fprintf(stderr, "sieve bench: %s\n", st.message().c_str());
+        return k_exit_usage;
+    };
+    const auto list = [&](std::vector<int64_t> *dst, bool *seen, int64_t min, int64_t max) -> Status {
+        Result<std::string> v = args.value("a comma-separated list of integers");
+        if (!v.ok()) return v.status();
+        if (seen && !*seen) dst->clear();
+        if (seen) *seen = true;
+        return parse_list(flag, v.value(), min, max, dst);
+    };
+    constexpr int64_t k_max_tokens = int64_t{1} << 24;
+    while (args.next(&flag)) {
+        Status st;
+        if (flag == "-h" || flag == "--help") {
+            print_usage(stdout);
+            return 0;
+        } else if (flag == "-m" || flag == "--model") {
+            Result<std::string> v = args.value("a file path");
+            if (!v.ok()) return fail(v.status());
+            size_t start = 0;
+            const std::string &s = v.value();
+            while (start <= s.size()) {
+                const size_t comma = std::min(s.find(',', start), s.size());
+                if (comma > start) o->models.push_back(s.substr(start, comma - start));
+                start = comma + 1;
+            }
+        } else if (flag == "-p" || flag == "--n-prompt") {
+            st = list(&o->n_prompt, &seen_p, 0, k_max_tokens);
+        } else if (flag == "-n" || flag == "--n-gen") {
+            st = list(&o->n_gen, &seen_n, 0, k_max_tokens);
+        } else if (flag == "-d" || flag == "--n-depth") {
+            st = list(&o->n_depth, &seen_d, 0, k_max_tokens);
+        } else if (flag == "-t" || flag == "--threads") {
+            st = list(&o->n_threads, nullptr, 1, 1024);
+        } else if (flag == "-b" || flag == "--batch-size") {
+            std::vector<int64_t> v;
+            st = list(&v, nullptr, 1, 65536);
+            if (st.ok()) o->n_batch = v.back();
+        } else if (flag == "-r" || flag == "--repetitions") {
+            std::vector<int64_t> v;
+            st = list(&v, nullptr, 1, 100000);
+            if (st.ok()) o->reps = v.back();
+        } else if (flag == "-o" || flag == "--output") {
+            Result<std::string> v = args.value("md, csv, json or jsonl");
+            if (!v.ok()) return fail(v.status());
+            const std::string &f = v.value();
+            if (f == "md") o->format = BenchFormat::md;
+            else if (f == "csv") o->format = BenchFormat::csv;
+            else if (f == "json") o->format = BenchFormat::json;
+            else if (f == "jsonl") o->format = BenchFormat::jsonl;
+            else st = Status::errorf("%s: expected md, csv, json or jsonl, got '%s'", flag.c_str(), f.c_str());
+        } else if (flag == "--bandwidth") {
+            Result<std::string> v = args.value("a bandwidth in GB/s");
+            Result<float> f = v.ok() ? parse_float(flag, v.value()) : Result<float>(v.status());
+            if (!f.ok()) return fail(f.status());
+            if (!(f.value() > 0)) return fail(Status::errorf("%s: expected a positive GB/s value, got '%s'", flag.c_str(), v.value().c_str()));
+            o->bandwidth_gbps = f.value();
+        } else if (flag == "--kv") {
+            Result<std::string> v = args.value("vattention or contiguous");
+            if (!v.ok()) return fail(v.status());
+            if (v.value() != "vattention" && v.value() != "contiguous")
+                return fail(Status::errorf("%s: expected vattention or contiguous, got '%s'", flag.c_str(), v.value().c_str()));
+            o->kv = v.value();
+        } else {
+            std::fprintf(stderr, "sieve bench: unknown option '%s'\n\n", flag.c_str());
+            print_usage(stderr);
+            return k_exit_usage;
+        }
+        if (!st.ok()) return fail(st);
+    }
+    if (o->models.empty()) o->models.push_back(default_model_path());
+    if (o->n_threads.empty())
+        o->n_threads.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())));
+    return -1;
+}
+
+std::string cpu_model_name() {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("model name", 0) == 0) {
+            const size_t c = line.find(':');
+            if (c != std::string::npos) return line.substr(std::min(line.size(), c + 2));
+        }
+    }
+    return "unknown";
+}
+
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+// What one model contributes to every row, plus bytes a decode step reads.
+struct ModelFacts {
+    std::string filename, type_desc;
+    int64_t size = 0, n_params = 0;
+    int64_t weight_read_bytes = 0;  // per decode token
+    int64_t kv_bytes_per_pos = 0;   // K + V bytes of one position over all layers
+};
+
+ModelFacts model_facts(const std::string &path, const GgufFile &file, const Model &model) {
+    ModelFacts m;
+    m.filename = path;
+    const ModelConfig &c = model.config();
+    const bool has_output = file.find_tensor("output.weight") != nullptr;
+    // The weight type holding most bytes names the model, as a file type would.
+    std::vector<int64_t> by_type(64, 0);
+    for (const GgufTensor &t : file.tensors()) {
+        m.size += static_cast<int64_t>(t.n_bytes);
+        m.n_params += t.n_elements();
+        // A decode step reads every matrix once, except an untied model's
+        // embedding table, of which it reads one row.
+        if (!(has_output && t.name == "token_embd.weight")) m.weight_read_bytes += static_cast<int64_t>(t.n_bytes);
+        if (t.n_dims >= 2 && static_cast<size_t>(t.type) < by_type.size()) by_type[static_cast<size_t>(t.type)] += static_cast<int64_t>(t.n_bytes);
+    }
+    const size_t main_type = static_cast<size_t>(std::max_element(by_type.begin(), by_type.end()) - by_type.begin());
+    const double p = static_cast<double>(m.n_params);
+    const std::string size = p >= 1e9 ? strfmt("%.1fB", p / 1e9) : p >= 1e6 ? strfmt("%.0fM", p / 1e6) : strfmt("%.0fK", p / 1e3);
+    m.type_desc = strfmt("%s %s %s", c.arch == ModelArch::qwen2 ? "qwen2" : "llama", size.c_str(),
+                         type_name(static_cast<GgmlType>(main_type)));
+    m.kv_bytes_per_pos = c.n_layer * c.n_head_kv * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+    return m;
+}
+
+// One model's bench state: KV with the depth prefix, workspace, token source.
+class Runner {
+public:
+    Runner(const Model &model, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t n_batch)
+        : model_(model), kv_(kv), ws_(ws), pool_(pool), n_batch_(n_batch), rng_(1234) {}
+
+    // Appends n random tokens to slot 0 in batches; returns the first error.
+    Status append(int64_t n, int64_t batch) {
+        std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model_.config().n_vocab - 1));
+        for (int64_t done = 0; done < n;) {
+            const int64_t m = std::min(batch, n - done);
+            tokens_.resize(static_cast<size_t>(m));
+            pos_.resize(static_cast<size_t>(m));
+            seq_.assign(static_cast<size_t>(m), 0);
+            const int64_t p0 = kv_.n_tokens(0);
+            for (int64_t i = 0; i < m; ++i) {
+                tokens_[static_cast<size_t>(i)] = tok(rng_);
+                pos_[static_cast<size_t>(i)] = static_cast<int32_t>(p0 + i);
+            }
+            Batch b{tokens_.data(), pos_.data(), seq_.data(), m, nullptr};
+            SIEVE_TRY(model_.forward(b, kv_, ws_, pool_));
+            done += m;
+        }
+        return Status();
+    }
+
+    // Brings slot 0 to exactly `depth` rows of KV: rolls back, or fills.
+    Status set_depth(int64_t depth) {
+        if (kv_.n_tokens(0) > depth) kv_.set_n_tokens(0, depth);
+        if (kv_.n_tokens(0) < depth) SIEVE_TRY(append(depth - kv_.n_tokens(0), n_batch_));
+        return Status();
+    }
+
+    // One timed run at `depth`: pp (n_prompt tokens in batches) or tg
+    // (n_gen single-token steps). *ns = wall time of the forward passes.
+    Status run_once(int64_t depth, int64_t n_prompt, int64_t n_gen, int64_t *ns) {
+        SIEVE_TRY(set_depth(depth));
+        const int64_t t0 = time_ns();
+        if (n_prompt > 0) SIEVE_TRY(append(n_prompt, n_batch_));
+        if (n_gen > 0) SIEVE_TRY(append(n_gen, 1));
+        *ns = time_ns() - t0;
+        return Status();
+    }
+
+private:
+    static int64_t time_ns() {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    }
+
+    const Model &model_;
+    KvCache &kv_;
+    Workspace &ws_;
+    ThreadPool &pool_;
+    int64_t n_batch_;
+    std::mt19937 rng_;
+    std::vector<int32_t> tokens_, pos_, seq_;
+};
+
+Result<std::unique_ptr<KvCache>> make_kv(const std::string &kind, const Model &model, int64_t n_ctx) {
+    const KvShape shape = model.kv_shape(1);
+    if (kind == "vattention") {
+        VAttentionKvOptions o;
+        o.shape = shape;
+        o.max_ctx = n_ctx;
+        // The pool holds the whole context plus a page of slack per lane
+        // (rows straddle pages; headroom maps one page ahead).
+        const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
+        const int64_t row_bytes = shape.head_dim * static_cast<int64_t>(sizeof(float));
+        o.pool.budget_bytes = lanes * (n_ctx * row_bytes + 3 * o.pool.page_bytes);
+        Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(o);
+        if (!kv.ok()) return kv.status();
+        return std::unique_ptr<KvCache>(std::move(kv.value()));
+    }
+    Result<std::unique_ptr<ContiguousKv>> kv = ContiguousKv::create(shape, n_ctx);
+    if (!kv.ok()) return kv.status();
+    return std::unique_ptr<KvCache>(std::move(kv.value()));
+}
+
+struct Test {
+    int64_t n_prompt, n_gen;
+};
+
+// Runs every test of one model; rows go to the printer as they finish.
+Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbps, const std::string &cpu,
+                   BenchPrinter &printer) {
+    Result<std::unique_ptr<GgufFile>> file = GgufFile::open(path);
+    if (!file.ok()) return file.status();
+    Result<std::unique_ptr<Model>> model = Model::load(**file);
+    if (!model.ok()) return Status::errorf("%s: %s", path.c_str(), model.status().message().c_str());
+    const Model &m = **model;
+    const ModelFacts facts = model_facts(path, **file, m);
+
+    std::vector<Test> tests;
+    for (int64_t p : o.n_prompt)
+        if (p > 0) tests.push_back({p, 0});
+    for (int64_t n : o.n_gen)
+        if (n > 0) tests.push_back({0, n});
+    int64_t n_ctx = 1;
+    for (int64_t d : o.n_depth)
+        for (const Test &t : tests) n_ctx = std::max(n_ctx, d + t.n_prompt + t.n_gen);
+    Result<std::unique_ptr<KvCache>> kv = make_kv(o.kv, m, n_ctx);
+    if (!kv.ok()) return Status::errorf("%s: KV store for %lld tokens: %s", path.c_str(), static_cast<long long>(n_ctx),
+                                        kv.status().message().c_str());
+    std::unique_ptr<Workspace> ws = m.make_workspace(o.n_batch, 1);
+
+    for (int64_t n_threads : o.n_threads) {
+        ThreadPool pool(static_cast<int>(n_threads));
+        Runner runner(m, **kv, *ws, pool, o.n_batch);
+        (*kv)->clear(0);
+        for (int64_t depth : o.n_depth) {
+            for (const Test &t : tests) {
+                BenchRow row;
+                row.model_filename = facts.filename;
+                row.model_type = facts.type_desc;
+                row.model_size = facts.size;
+                row.model_n_params = facts.n_params;
+                row.n_batch = o.n_batch;
+                row.n_threads = static_cast<int>(n_threads);
+                row.kv_store = o.kv;
+                row.n_prompt = t.n_prompt;
+                row.n_gen = t.n_gen;
+                row.n_depth = depth;
+                row.test_time = utc_now();
+                row.cpu_info = cpu;
+                row.bw_gbps = bw_gbps;
+                std::fprintf(stderr, "sieve bench: %s, %s, %lld threads ...\n", facts.type_desc.c_str(),
+                             bench_test_name(row).c_str(), static_cast<long long>(n_threads));
+                int64_t ns = 0;
+                // Warm-up: caches, page mappings, the pool's spinning workers.
+                SIEVE_TRY(runner.run_once(depth, t.n_prompt, std::min<int64_t>(t.n_gen, 16), &ns));
+                for (int64_t r = 0; r < o.reps; ++r) {
+                    SIEVE_TRY(runner.run_once(depth, t.n_prompt, t.n_gen, &ns));
+                    row.samples_ns.push_back(ns);
+                }
+                bench_row_finish(&row);
+                if (t.n_gen > 0) {
+                    // Token i (0-based) attends to depth + i + 1 positions.
+                    const double mean_kv_pos = static_cast<double>(depth) + 0.5 * static_cast<double>(t.n_gen + 1);
+                    const double bytes_per_tok = static_cast<double>(facts.weight_read_bytes) +
+                                                 mean_kv_pos * static_cast<double>(facts.kv_bytes_per_pos);
+                    row.gbps = bytes_per_tok * row.avg_ts / 1e9;
+                    row.bw_frac = bw_gbps > 0 ? row.gbps / bw_gbps : -1;
+                }
+                printer.row(row);
+            }
+        }
+    }
+    return Status();
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char **argv) {
+    BenchOptions o;
+    const int rc = parse_options(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    double bw = o.bandwidth_gbps;
+    if (bw <= 0) {
+        std::fprintf(stderr, "sieve bench: measuring memory read bandwidth (1 GiB buffer, 1 and 2 threads) ...\n");
+        Result<MemBwResult> r = measure_read_bandwidth(MemBwOptions());
+        if (!r.ok()) {
+            std::fprintf(stderr, "sieve bench: %s (give --bandwidth GBPS)\n", r.status().message().c_str());
+            return k_exit_error;
+        }
+        bw = r->gbps;
+        std::fprintf(stderr, "sieve bench: read bandwidth %.2f GB/s (1 thread %.2f, 2 threads %.2f; checksum %llx)\n", bw,
+                     r->median_gbps[0], r->median_gbps.size() > 1 ? r->median_gbps[1] : 0.0,
+                     static_cast<unsigned long long>(r->checksum & 0xff));
+    }
+    const std::string cpu = cpu_model_name();
+    BenchPrinter printer(o.format, stdout);
+    for (const std::string &path : o.models) {
+        Status st = bench_model(path, o, bw, cpu, printer);
+        if (!st.ok()) {
+            printer.finish();
+            std::fprintf(stderr, "sieve bench: %s\n", st.message().c_str());
+            return k_exit_error;
+        }
+    }
+    printer.finish();
+    return 0;
+}
+
+}  // namespace sieve::cli

@@ -1,0 +1,59 @@
+// Rows of `sieve bench` and their output formats. Field names follow
+// llama-bench's so its jsonl and sieve's can be joined by script on
+// (model_filename, n_threads, n_prompt, n_gen, n_depth); sieve adds
+// median_ts, gbps and bw_frac.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace sieve::cli {
+
+enum class BenchFormat { md, csv, json, jsonl };
+
+struct BenchRow {
+    // model
+    std::string model_filename;
+    std::string model_type;      // "<arch> <params> <main weight type>", e.g. "llama 135M Q8_0"
+    int64_t model_size = 0;      // bytes of all tensors
+    int64_t model_n_params = 0;
+    // test
+    int64_t n_batch = 0;
+    int n_threads = 0;
+    std::string type_k = "f32", type_v = "f32";
+    std::string kv_store;        // "vattention" | "contiguous"
+    int64_t n_prompt = 0, n_gen = 0, n_depth = 0;
+    std::string test_time;       // ISO 8601 UTC
+    std::string cpu_info;
+    // results
+    std::vector<int64_t> samples_ns;
+    std::vector<double> samples_ts;
+    double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0, median_ts = 0;
+    double gbps = -1;            // tg only: bytes read per token x tokens/s; < 0 = not applicable
+    double bw_frac = -1;         // gbps / machine bandwidth; < 0 = not applicable
+    double bw_gbps = 0;          // the machine's measured (or given) read bandwidth
+};
+
+// Fills the derived statistics from samples_ns and the token count.
+void bench_row_finish(BenchRow *row);
+
+// "pp512", "tg128", "pp512 @ d8192".
+std::string bench_test_name(const BenchRow &row);
+
+// Streaming writer: md and csv print a header before the first row, json
+// wraps rows in an array; finish() closes what is open.
+class BenchPrinter {
+public:
+    BenchPrinter(BenchFormat format, FILE *out) : format_(format), out_(out) {}
+    void row(const BenchRow &r);
+    void finish();
+
+private:
+    BenchFormat format_;
+    FILE *out_;
+    int64_t n_rows_ = 0;
+};
+
+}  // namespace sieve::cli
