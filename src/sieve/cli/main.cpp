@@ -13,7 +13,9 @@ void print_usage(FILE *out) {
                  "commands:\n"
                  "  run    generate text from a prompt, or chat with -i (like llama-cli)\n"
                  "  info   show a GGUF file's metadata, tensors and memory estimate\n"
+                 "  serve  OpenAI-compatible HTTP server (like vllm serve, llama-server)\n"
                  "  bench  prompt and generation speed at context depths (like llama-bench)\n"
+                 "  bench-serve  load an OpenAI-compatible server: TTFT, TPOT, ITL, throughput\n"
                  "\n"
                  "`sieve <command> --help` lists a command's options.\n");
 }
@@ -28,7 +30,9 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (std::strcmp(cmd, "run") == 0) return sieve::cli::cmd_run(argc - 1, argv + 1);
     if (std::strcmp(cmd, "info") == 0) return sieve::cli::cmd_info(argc - 1, argv + 1);
+    if (std::strcmp(cmd, "serve") == 0) return sieve::cli::cmd_serve(argc - 1, argv + 1);
     if (std::strcmp(cmd, "bench") == 0) return sieve::cli::cmd_bench(argc - 1, argv + 1);
+    if (std::strcmp(cmd, "bench-serve") == 0) return sieve::cli::cmd_bench_serve(argc - 1, argv + 1);
     if (std::strcmp(cmd, "--help") == 0 || std::strcmp(cmd, "-h") == 0 || std::strcmp(cmd, "help") == 0) {
         print_usage(stdout);
         return 0;
