@@ -1,0 +1,380 @@
+// Engine: the request queue, the engine thread and the step loop. The
+// scheduling rules live in scheduler.*, batch layout in step_builder.*, token
+// handling in output.*; this file wires them together and owns the threading.
+//
+// Threads: submit()/cancel()/stats()/shutdown() take mu_ and touch only the
+// `shared` fields; the engine thread owns the scheduler, the KV store and the
+// workspace, and takes mu_ only to pick up new requests and cancellations and
+// to publish stats. Callbacks run on the engine thread with no lock held.
+#include "sieve/engine/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "sieve/core/log.h"
+#include "sieve/engine/output.h"
+#include "sieve/engine/scheduler.h"
+#include "sieve/engine/step_builder.h"
+#include "sieve/kv/vattention_kv.h"
+#include "sieve/model/model.h"
+#include "sieve/tokenizer/tokenizer.h"
+#include "sieve/tokenizer/unicode.h"
+
+namespace sieve {
+
+namespace {
+
+const char k_queue_full_prefix[] = "engine queue full";
+constexpr int32_t k_max_logprobs = 20;
+constexpr size_t k_max_stop_strings = 64;
+constexpr size_t k_max_stop_bytes = 1024;
+
+}  // namespace
+
+const char *finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::none: return "none";
+        case FinishReason::stop: return "stop";
+        case FinishReason::length: return "length";
+        case FinishReason::cancelled: return "cancelled";
+        case FinishReason::error: return "error";
+    }
+    return "unknown";
+}
+
+struct Engine::Impl {
+    Impl(const Model &m, const Tokenizer &t, const EngineOptions &o) : model(m), tok(t), opt(o) {}
+
+    const Model &model;
+    const Tokenizer &tok;
+    EngineOptions opt;  // with defaults resolved
+    int32_t n_vocab = 0;
+    int64_t kv_pages_total = 0;  // immutable after create: submit() checks against it
+    int64_t kv_page_bytes = 0;
+    int64_t kv_row_bytes = 0;
+    int64_t kv_lanes_per_seq = 0;
+
+    // ---- engine thread only ----
+    std::unique_ptr<VAttentionKv> kv;
+    std::unique_ptr<Workspace> ws;
+    std::unique_ptr<ThreadPool> pool;
+    std::unique_ptr<Scheduler> sched;
+    StepBuilder builder;
+    int64_t prompt_tokens_total = 0;
+    int64_t gen_tokens_total = 0;
+    int64_t n_steps = 0;
+
+    // ---- shared, under mu ----
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::vector<SequencePtr> incoming;
+    std::vector<uint64_t> cancels;
+    uint64_t next_id = 1;
+    bool stopping = false;
+    bool drain = false;
+    EngineStats published;  // n_waiting excludes `incoming`
+
+    std::thread thread;
+
+    int64_t pages_for_tokens(int64_t n) const {
+        return kv_lanes_per_seq * ((n * kv_row_bytes + kv_page_bytes - 1) / kv_page_bytes);
+    }
+    Status validate(const GenRequest &req) const;
+    void loop();
+    void step();
+    void take_cancels(const std::vector<uint64_t> &ids);
+    void abort_all();
+    void publish_stats();
+};
+
+// ---------------------------------------------------------------------------
+// Creation and validation
+// ---------------------------------------------------------------------------
+
+Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokenizer &tok, const EngineOptions &opt) {
+    if (opt.max_seqs < 1) return Status::errorf("engine: max_seqs (--parallel) must be >= 1, got %d", opt.max_seqs);
+    if (opt.max_ctx < 1)
+        return Status::errorf("engine: max_ctx must be >= 1, got %lld", static_cast<long long>(opt.max_ctx));
+    if (opt.max_batch_tokens < 1)
+        return Status::errorf("engine: max_batch_tokens must be >= 1, got %lld",
+                              static_cast<long long>(opt.max_batch_tokens));
+    if (opt.max_waiting < 0) return Status::errorf("engine: max_waiting must be >= 0, got %d", opt.max_waiting);
+    if (opt.kv_memory_bytes < 0)
+        return Status::errorf("engine: kv_memory_bytes must be >= 0, got %lld",
+                              static_cast<long long>(opt.kv_memory_bytes));
+
+    std::unique_ptr<Engine> e(new Engine());
+    e->impl_ = std::make_unique<Impl>(model, tok, opt);
+    Impl &im = *e->impl_;
+    EngineOptions &o = im.opt;
+    const ModelConfig &cfg = model.config();
+    im.n_vocab = static_cast<int32_t>(cfg.n_vocab);
+    if (o.n_threads <= 0) o.n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    if (cfg.n_ctx_train > 0 && o.max_ctx > cfg.n_ctx_train) {
+        SIEVE_LOG_WARN("engine: max_ctx %lld is beyond the model's training context %lld; using %lld",
+                       static_cast<long long>(o.max_ctx), static_cast<long long>(cfg.n_ctx_train),
+                       static_cast<long long>(cfg.n_ctx_train));
+        o.max_ctx = cfg.n_ctx_train;
+    }
+
+    const KvShape shape = model.kv_shape(o.max_seqs);
+    im.kv_page_bytes = o.kv_page_bytes;
+    im.kv_row_bytes = shape.head_dim * static_cast<int64_t>(sizeof(float));
+    im.kv_lanes_per_seq = shape.n_layer * shape.n_head_kv * 2;
+    if (o.kv_memory_bytes == 0) o.kv_memory_bytes = o.max_seqs * im.pages_for_tokens(o.max_ctx) * o.kv_page_bytes;
+
+    VAttentionKvOptions ko;
+    ko.shape = shape;
+    ko.max_ctx = o.max_ctx;
+    ko.pool.budget_bytes = o.kv_memory_bytes;
+    ko.pool.page_bytes = o.kv_page_bytes;
+    // No map-ahead headroom: the scheduler counts pages exactly (scheduler.h).
+    ko.headroom_pages = 0;
+    auto kv = VAttentionKv::create(ko);
+    if (!kv.ok()) return kv.status().with_context("engine: creating the KV store");
+    im.kv = std::move(kv.value());
+    SIEVE_CHECKF(im.kv->row_bytes() == im.kv_row_bytes && im.kv->page_bytes() == im.kv_page_bytes,
+                 "KV store rows %lld B, pages %lld B; engine expected %lld B, %lld B",
+                 static_cast<long long>(im.kv->row_bytes()), static_cast<long long>(im.kv->page_bytes()),
+                 static_cast<long long>(im.kv_row_bytes), static_cast<long long>(im.kv_page_bytes));
+    im.kv_pages_total = im.kv->pool().n_pages();
+    if (im.kv_pages_total < im.pages_for_tokens(1)) {
+        return Status::errorf("engine: KV memory of %lld bytes holds %lld pages of %lld bytes; one token of one "
+                              "sequence needs %lld (a page per layer, KV head and K/V) — raise --kv-memory",
+                              static_cast<long long>(o.kv_memory_bytes), static_cast<long long>(im.kv_pages_total),
+                              static_cast<long long>(o.kv_page_bytes),
+                              static_cast<long long>(im.pages_for_tokens(1)));
+    }
+    im.ws = model.make_workspace(o.max_batch_tokens, o.max_seqs);
+    im.pool = std::make_unique<ThreadPool>(o.n_threads);
+    im.sched = std::make_unique<Scheduler>(*im.kv, o.max_seqs, o.max_batch_tokens);
+    im.publish_stats();
+    im.thread = std::thread([&im] { im.loop(); });
+    return e;
+}
+
+Status Engine::Impl::validate(const GenRequest &req) const {
+    const int64_t n_prompt = static_cast<int64_t>(req.prompt.size());
+    if (n_prompt == 0) return Status::error("prompt is empty: give at least one token");
+    for (size_t i = 0; i < req.prompt.size(); ++i) {
+        if (req.prompt[i] < 0 || req.prompt[i] >= n_vocab)
+            return Status::errorf("prompt token %zu is %d: token ids must be in [0, %d)", i, req.prompt[i], n_vocab);
+    }
+    if (req.max_tokens < 1)
+        return Status::errorf("max_tokens must be >= 1, got %lld", static_cast<long long>(req.max_tokens));
+    if (req.max_tokens > opt.max_ctx || n_prompt + req.max_tokens > opt.max_ctx) {
+        return Status::errorf("prompt (%lld tokens) + max_tokens (%lld) exceeds the context size of %lld tokens; "
+                              "shorten the prompt or lower max_tokens",
+                              static_cast<long long>(n_prompt), static_cast<long long>(req.max_tokens),
+                              static_cast<long long>(opt.max_ctx));
+    }
+    const int64_t pages = pages_for_tokens(n_prompt + req.max_tokens);
+    if (pages > kv_pages_total) {
+        return Status::errorf("prompt (%lld tokens) + max_tokens (%lld) needs %lld KV pages, the whole KV pool has "
+                              "%lld; lower max_tokens or raise --kv-memory",
+                              static_cast<long long>(n_prompt), static_cast<long long>(req.max_tokens),
+                              static_cast<long long>(pages), static_cast<long long>(kv_pages_total));
+    }
+    SIEVE_TRY(sampler_params_validate(req.sampling));
+    if (req.n_logprobs < -1 || req.n_logprobs > k_max_logprobs)
+        return Status::errorf("logprobs must be in [0, %d] (or -1 for none), got %d", k_max_logprobs, req.n_logprobs);
+    if (req.stop.size() > k_max_stop_strings)
+        return Status::errorf("at most %zu stop strings, got %zu", k_max_stop_strings, req.stop.size());
+    for (size_t i = 0; i < req.stop.size(); ++i) {
+        const std::string &s = req.stop[i];
+        if (s.empty()) return Status::errorf("stop string %zu is empty", i);
+        if (s.size() > k_max_stop_bytes)
+            return Status::errorf("stop string %zu is %zu bytes, at most %zu", i, s.size(), k_max_stop_bytes);
+        if (!utf8_is_valid(s)) return Status::errorf("stop string %zu is not valid UTF-8", i);
+    }
+    return Status();
+}
+
+Result<uint64_t> Engine::submit(GenRequest req, GenCallback cb) {
+    Impl &im = *impl_;
+    SIEVE_TRY(im.validate(req));
+    if (!cb) return Status::error("submit: the event callback is empty");
+    std::unique_lock<std::mutex> lk(im.mu);
+    if (im.stopping) return Status::error("engine is shutting down; not accepting requests");
+    const int64_t n_waiting = im.published.n_waiting + static_cast<int64_t>(im.incoming.size());
+    if (n_waiting >= im.opt.max_waiting) {
+        return Status::errorf("%s: %lld requests waiting, the limit is %d; retry later", k_queue_full_prefix,
+                              static_cast<long long>(n_waiting), im.opt.max_waiting);
+    }
+    const uint64_t id = im.next_id++;
+    lk.unlock();
+    // The sampler allocates n_vocab-sized buffers: outside the lock.
+    auto seq = std::make_unique<Sequence>(id, std::move(req), std::move(cb), im.tok, im.n_vocab);
+    lk.lock();
+    if (im.stopping) return Status::error("engine is shutting down; not accepting requests");
+    im.incoming.push_back(std::move(seq));
+    lk.unlock();
+    im.cv.notify_one();
+    return id;
+}
+
+bool Engine::is_queue_full_error(const Status &st) {
+    return !st.ok() && st.message().rfind(k_queue_full_prefix, 0) == 0;
+}
+
+void Engine::cancel(uint64_t request_id) {
+    {
+        std::lock_guard<std::mutex> lk(impl_->mu);
+        impl_->cancels.push_back(request_id);
+    }
+    impl_->cv.notify_one();
+}
+
+EngineStats Engine::stats() const {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    EngineStats s = impl_->published;
+    s.n_waiting += static_cast<int>(impl_->incoming.size());
+    return s;
+}
+
+const EngineOptions &Engine::options() const { return impl_->opt; }
+
+void Engine::shutdown(bool drain) {
+    Impl &im = *impl_;
+    {
+        std::lock_guard<std::mutex> lk(im.mu);
+        if (!im.stopping) im.drain = drain;
+        // A later shutdown(false) still cuts a drain short.
+        if (!drain) im.drain = false;
+        im.stopping = true;
+    }
+    im.cv.notify_one();
+    if (im.thread.joinable()) im.thread.join();
+}
+
+Engine::~Engine() {
+    if (impl_) shutdown(false);
+}
+
+// ---------------------------------------------------------------------------
+// The engine thread
+// ---------------------------------------------------------------------------
+
+void Engine::Impl::loop() {
+    for (;;) {
+        std::vector<SequencePtr> fresh;
+        std::vector<uint64_t> cancel_ids;
+        bool stop = false, drain_now = false;
+        {
+            const bool busy = !sched->running().empty() || !sched->waiting().empty();
+            std::unique_lock<std::mutex> lk(mu);
+            // Idle: sleep until a request, a cancellation or shutdown arrives.
+            cv.wait(lk, [&] { return busy || !incoming.empty() || !cancels.empty() || stopping; });
+            fresh.swap(incoming);
+            // Still waiting, now in the scheduler's queue: keep submit()'s
+            // queue limit counting them until the next publish.
+            published.n_waiting += static_cast<int>(fresh.size());
+            cancel_ids.swap(cancels);
+            stop = stopping;
+            drain_now = drain;
+        }
+        for (SequencePtr &s : fresh) sched->add_waiting(std::move(s));
+        take_cancels(cancel_ids);
+        if (stop && !drain_now) {
+            abort_all();
+            publish_stats();
+            return;
+        }
+        if (sched->running().empty() && sched->waiting().empty()) {
+            publish_stats();
+            if (stop) return;
+            continue;
+        }
+        step();
+        publish_stats();
+    }
+}
+
+void Engine::Impl::take_cancels(const std::vector<uint64_t> &ids) {
+    for (uint64_t id : ids) {
+        SequencePtr s = sched->remove_waiting(id);
+        if (!s) {
+            Sequence *r = sched->find_running(id);
+            if (!r) continue;  // already finished, or never existed
+            s = sched->remove_running(r);
+        }
+        s->cb(output_final_event(*s, FinishReason::cancelled, ""));
+    }
+}
+
+void Engine::Impl::abort_all() {
+    while (!sched->waiting().empty()) {
+        SequencePtr s = sched->remove_waiting(sched->waiting().front()->id);
+        s->cb(output_final_event(*s, FinishReason::cancelled, ""));
+    }
+    while (!sched->running().empty()) {
+        SequencePtr s = sched->remove_running(sched->running().back().get());
+        s->cb(output_final_event(*s, FinishReason::cancelled, ""));
+    }
+}
+
+// One step (engine.h): schedule (admit, plan, reserve, preempt) -> forward ->
+// per sequence: sample, detokenize, stop checks, events.
+void Engine::Impl::step() {
+    std::vector<FailedSeq> failed;
+    const std::vector<ScheduledSeq> plan = sched->schedule(&failed);
+    for (FailedSeq &f : failed) f.seq->cb(output_final_event(*f.seq, FinishReason::error, f.error));
+    if (plan.empty()) return;
+
+    const Batch batch = builder.build(plan);
+    Status st = model.forward(batch, *kv, *ws, *pool);
+    if (!st.ok()) {
+        // The scheduler only builds valid batches within reserved KV: this is
+        // a bug, but it fails these requests, not the server.
+        SIEVE_LOG_ERROR("engine: forward step failed: %s", st.message().c_str());
+        for (const ScheduledSeq &p : plan) {
+            SequencePtr s = sched->remove_running(p.seq);
+            s->cb(output_final_event(*s, FinishReason::error, "forward step failed: " + st.message()));
+        }
+        return;
+    }
+    ++n_steps;
+
+    int64_t row = 0;
+    for (const ScheduledSeq &p : plan) {
+        Sequence *s = p.seq;
+        s->n_computed += p.n_tokens;
+        if (!p.wants_logits) continue;
+        SIEVE_CHECKF(row < ws->n_outputs(), "logits row %lld of %lld", static_cast<long long>(row),
+                     static_cast<long long>(ws->n_outputs()));
+        const float *logits = ws->logits() + row * n_vocab;
+        ++row;
+        if (!s->prompt_counted) {
+            prompt_tokens_total += s->n_prompt;
+            s->prompt_counted = true;
+        }
+        const GenEvent ev = output_next_token(*s, logits, tok, opt.max_ctx);
+        ++gen_tokens_total;
+        if (ev.finished) {
+            SequencePtr done = sched->remove_running(s);
+            done->cb(ev);
+        } else {
+            s->cb(ev);
+        }
+    }
+    SIEVE_CHECKF(row == ws->n_outputs(), "used %lld logits rows of %lld", static_cast<long long>(row),
+                 static_cast<long long>(ws->n_outputs()));
+}
+
+void Engine::Impl::publish_stats() {
+    EngineStats s;
+    s.n_running = static_cast<int>(sched->running().size());
+    s.n_waiting = static_cast<int>(sched->waiting().size());
+    s.kv_pages_total = sched->pages_total();
+    s.kv_pages_used = sched->pages_used();
+    s.n_preemptions = sched->n_preemptions();
+    s.prompt_tokens_total = prompt_tokens_total;
+    s.gen_tokens_total = gen_tokens_total;
+    s.n_steps = n_steps;
+    std::lock_guard<std::mutex> lk(mu);
+    published = s;
+}
+
+}  // namespace sieve

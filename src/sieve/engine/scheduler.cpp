@@ -1,0 +1,147 @@
+#include "sieve/engine/scheduler.h"
+
+#include <algorithm>
+
+#include "sieve/core/log.h"
+
+namespace sieve {
+
+Scheduler::Scheduler(VAttentionKv &kv, int max_seqs, int64_t max_batch_tokens)
+    : kv_(kv), max_batch_tokens_(max_batch_tokens) {
+    const KvShape &sh = kv.shape();
+    lanes_per_seq_ = sh.n_layer * sh.n_head_kv * 2;
+    // Lowest slot first (popped from the back).
+    for (int i = max_seqs - 1; i >= 0; --i) free_slots_.push_back(i);
+}
+
+int64_t Scheduler::pages_for_tokens(int64_t n_tokens) const {
+    const int64_t pb = kv_.page_bytes();
+    return lanes_per_seq_ * ((n_tokens * kv_.row_bytes() + pb - 1) / pb);
+}
+
+int64_t Scheduler::pages_held(const Sequence &s) const {
+    if (s.slot < 0) return 0;
+    // Every lane of a slot holds the same pages; lane (0, 0) is K + V.
+    return lanes_per_seq_ * (kv_.lane_mapped_bytes(s.slot, 0, 0) / (2 * kv_.page_bytes()));
+}
+
+int64_t Scheduler::pages_missing(const Sequence &s, int64_t n_tokens) const {
+    return std::max<int64_t>(0, pages_for_tokens(n_tokens) - pages_held(s));
+}
+
+void Scheduler::admit() {
+    // Pages not yet promised: running prefills will still map theirs.
+    int64_t avail = kv_.pool().n_free();
+    for (const SequencePtr &r : running_) avail -= pages_missing(*r, r->n_total());
+    while (!waiting_.empty() && !free_slots_.empty()) {
+        Sequence &s = *waiting_.front();
+        const int64_t need = pages_for_tokens(s.n_total());
+        // One page per lane spare so running decodes can grow a little before
+        // the newcomer forces a preemption. Alone, a sequence always fits:
+        // submit() rejects prompt + max_tokens beyond the pool.
+        const int64_t spare = lanes_per_seq_;
+        if (!running_.empty() && need + spare > avail) break;
+        avail -= need;
+        s.slot = free_slots_.back();
+        free_slots_.pop_back();
+        running_.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+    }
+}
+
+void Scheduler::preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget) {
+    SequencePtr victim = std::move(running_.back());
+    running_.pop_back();
+    auto it = std::find_if(plan->begin(), plan->end(), [&](const ScheduledSeq &p) { return p.seq == victim.get(); });
+    if (it != plan->end()) {
+        *budget += it->n_tokens;
+        plan->erase(it);
+    }
+    SIEVE_LOG_DEBUG("engine: preempting request %llu (%lld of %lld tokens computed, slot %d)",
+                    static_cast<unsigned long long>(victim->id), static_cast<long long>(victim->n_computed),
+                    static_cast<long long>(victim->n_total()), victim->slot);
+    kv_.release(victim->slot);
+    free_slots_.push_back(victim->slot);
+    victim->slot = -1;
+    victim->n_computed = 0;
+    waiting_.push_front(std::move(victim));
+    ++n_preemptions_;
+}
+
+bool Scheduler::place(Sequence *s, int64_t n, std::vector<ScheduledSeq> *plan, int64_t *budget,
+                      std::vector<FailedSeq> *failed) {
+    const int64_t n_rows = s->n_computed + n;
+    for (;;) {
+        const int64_t need = pages_missing(*s, n_rows);
+        std::string why;
+        if (need <= kv_.pool().n_free()) {
+            Status st = kv_.reserve(s->slot, n_rows);
+            if (st.ok()) {
+                plan->push_back({s, n, n_rows == s->n_total()});
+                *budget -= n;
+                return true;
+            }
+            why = st.message();  // mapping failed (e.g. the process's map count); free memory and retry
+            SIEVE_LOG_WARN("engine: KV reserve for request %llu failed: %s", static_cast<unsigned long long>(s->id),
+                           why.c_str());
+        } else {
+            why = strfmt("KV pool exhausted: request %llu needs %lld more pages for %lld tokens, %lld of %lld free",
+                         static_cast<unsigned long long>(s->id), static_cast<long long>(need),
+                         static_cast<long long>(n_rows), static_cast<long long>(kv_.pool().n_free()),
+                         static_cast<long long>(kv_.pool().n_pages()));
+        }
+        if (running_.size() == 1) {
+            // Nothing left to preempt: this sequence cannot run even alone.
+            failed->push_back({remove_running(s), why});
+            return false;
+        }
+        const bool self = running_.back().get() == s;
+        preempt_newest(plan, budget);
+        if (self) return false;
+    }
+}
+
+std::vector<ScheduledSeq> Scheduler::schedule(std::vector<FailedSeq> *failed) {
+    admit();
+    std::vector<ScheduledSeq> plan;
+    int64_t budget = max_batch_tokens_;
+    // Decode tokens first (one each), oldest sequence first. A failed place()
+    // removed the sequence at i, which was the newest: nothing follows it.
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+        Sequence *s = running_[i].get();
+        if (s->n_uncomputed() == 1 && !place(s, 1, &plan, &budget, failed)) break;
+    }
+    // Then prefill chunks with what is left of the budget.
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+        Sequence *s = running_[i].get();
+        if (s->n_uncomputed() > 1 && !place(s, std::min(s->n_uncomputed(), budget), &plan, &budget, failed)) break;
+    }
+    return plan;
+}
+
+SequencePtr Scheduler::remove_running(Sequence *s) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const SequencePtr &p) { return p.get() == s; });
+    SIEVE_CHECK(it != running_.end());
+    SequencePtr out = std::move(*it);
+    running_.erase(it);
+    kv_.release(out->slot);
+    free_slots_.push_back(out->slot);
+    out->slot = -1;
+    return out;
+}
+
+SequencePtr Scheduler::remove_waiting(uint64_t id) {
+    auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const SequencePtr &p) { return p->id == id; });
+    if (it == waiting_.end()) return nullptr;
+    SequencePtr out = std::move(*it);
+    waiting_.erase(it);
+    return out;
+}
+
+Sequence *Scheduler::find_running(uint64_t id) const {
+    for (const SequencePtr &p : running_)
+        if (p->id == id) return p.get();
+    return nullptr;
+}
+
+}  // namespace sieve

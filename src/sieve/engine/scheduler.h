@@ -1,0 +1,94 @@
+// The scheduler: which sequences run this step and how many tokens each gets.
+// No prefill/decode phases (vLLM v1): a running sequence is given
+// min(n_uncomputed, budget left) tokens, decode tokens first, then prefill
+// chunks, up to max_batch_tokens.
+//
+// KV memory is counted in pool pages. Lanes are dense and all lanes of a slot
+// hold the same rows, so a sequence of n tokens holds
+//     lanes_per_seq * ceil(n * row_bytes / page_bytes)  pages
+// (the store is created without map-ahead headroom, so that is exact).
+//
+// The scheduler never lets VAttentionKv::reserve() run the pool dry: it
+// checks a reservation fits in the free pages before making it. The store's
+// on-demand reclamation would otherwise take pages that an earlier reserve()
+// of this same step mapped for another slot but the forward pass has not
+// written yet (reclaim counts a lane's written rows, not its reservation).
+// Finished, cancelled and preempted sequences release() their pages at once
+// for the same reason: no slot keeps a cache the store could reclaim.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "sieve/engine/sequence.h"
+#include "sieve/kv/vattention_kv.h"
+
+namespace sieve {
+
+struct ScheduledSeq {
+    Sequence *seq = nullptr;
+    int64_t n_tokens = 0;       // tokens [n_computed, n_computed + n_tokens) run this step
+    bool wants_logits = false;  // the step completes the sequence's uncomputed tokens
+};
+
+struct FailedSeq {
+    SequencePtr seq;
+    std::string error;
+};
+
+class Scheduler {
+public:
+    Scheduler(VAttentionKv &kv, int max_seqs, int64_t max_batch_tokens);
+
+    // Pages a sequence of n_tokens holds in the store.
+    int64_t pages_for_tokens(int64_t n_tokens) const;
+
+    void add_waiting(SequencePtr s) { waiting_.push_back(std::move(s)); }
+
+    // One step's plan:
+    //   1. admit waiting sequences (FIFO) while a slot is free and the pool has
+    //      the pages of their uncomputed tokens plus one page per lane spare
+    //      beyond what running prefills still need;
+    //   2. decode tokens of running sequences, then prefill chunks, within the
+    //      token budget; each reservation is made in the store right away;
+    //   3. when the pool lacks pages for a reservation, preempt the newest
+    //      running sequence (release its pages, n_computed = 0, front of the
+    //      waiting queue) and retry.
+    // Sequences that cannot run even alone come back in *failed.
+    std::vector<ScheduledSeq> schedule(std::vector<FailedSeq> *failed);
+
+    // Takes a finished or cancelled sequence out and releases its pages and slot.
+    SequencePtr remove_running(Sequence *s);
+    // Takes a waiting sequence out (cancel); nullptr if none has this id.
+    SequencePtr remove_waiting(uint64_t id);
+    Sequence *find_running(uint64_t id) const;
+
+    const std::vector<SequencePtr> &running() const { return running_; }
+    const std::deque<SequencePtr> &waiting() const { return waiting_; }
+    int64_t n_preemptions() const { return n_preemptions_; }
+    int64_t pages_used() const { return kv_.pool().n_used(); }
+    int64_t pages_total() const { return kv_.pool().n_pages(); }
+
+private:
+    int64_t pages_held(const Sequence &s) const;
+    // Pages the store must still map for s to hold n_tokens.
+    int64_t pages_missing(const Sequence &s, int64_t n_tokens) const;
+    void admit();
+    void preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget);
+    // Plans n tokens for s; preempts while the pool is short. False when s
+    // itself was preempted or failed.
+    bool place(Sequence *s, int64_t n, std::vector<ScheduledSeq> *plan, int64_t *budget,
+               std::vector<FailedSeq> *failed);
+
+    VAttentionKv &kv_;
+    int64_t max_batch_tokens_;
+    int64_t lanes_per_seq_;
+    std::deque<SequencePtr> waiting_;
+    std::vector<SequencePtr> running_;  // admission order: newest last
+    std::vector<int> free_slots_;
+    int64_t n_preemptions_ = 0;
+};
+
+}  // namespace sieve

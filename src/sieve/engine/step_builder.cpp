@@ -1,0 +1,29 @@
+#include "sieve/engine/step_builder.h"
+
+namespace sieve {
+
+Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
+    tokens_.clear();
+    pos_.clear();
+    seq_.clear();
+    want_.clear();
+    for (const ScheduledSeq &p : plan) {
+        const Sequence &s = *p.seq;
+        for (int64_t i = 0; i < p.n_tokens; ++i) {
+            const int64_t at = s.n_computed + i;
+            tokens_.push_back(s.tokens[static_cast<size_t>(at)]);
+            pos_.push_back(static_cast<int32_t>(at));
+            seq_.push_back(s.slot);
+            want_.push_back(p.wants_logits && i == p.n_tokens - 1 ? 1 : 0);
+        }
+    }
+    Batch b;
+    b.tokens = tokens_.data();
+    b.pos = pos_.data();
+    b.seq = seq_.data();
+    b.n_tokens = static_cast<int64_t>(tokens_.size());
+    b.want_logits = want_.data();
+    return b;
+}
+
+}  // namespace sieve
