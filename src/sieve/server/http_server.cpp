@@ -1,0 +1,284 @@
+#include "sieve/server/http_server.h"
+
+#include <atomic>
+// Debian builds libcpp-httplib with these (see `pkg-config --cflags
+// cpp-httplib`); the header must see the same definitions as the library.
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_ZLIB_SUPPORT
+#define CPPHTTPLIB_ZLIB_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_BROTLI_SUPPORT
+#define CPPHTTPLIB_BROTLI_SUPPORT
+#endif
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "sieve/core/log.h"
+#include "sieve/server/json_guard.h"
+#include "sieve/server/metrics.h"
+
+namespace sieve {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The connection behind a chunked response, as a ChunkSink.
+class HttplibSink final : public ChunkSink {
+public:
+    explicit HttplibSink(httplib::DataSink &sink) : sink_(sink) {}
+    bool write(const std::string &bytes) override { return sink_.write(bytes.data(), bytes.size()); }
+    // is_writable() also peeks the socket, so a peer that closed is seen
+    // even when no byte is being written (a request still queued, say).
+    bool alive() override { return sink_.is_writable(); }
+
+private:
+    httplib::DataSink &sink_;
+};
+
+std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+struct HttpServer::Impl {
+    ServerOptions opt;
+    httplib::Server svr;
+    std::thread listener;
+    ServerMetrics metrics;
+    std::atomic<bool> ready{false};
+    std::atomic<bool> stopping{false};
+    std::atomic<int> n_active{0};
+    ServingModel model;  // written once before `ready` is set (release), read after (acquire)
+    int bound_port = 0;
+
+    void send_error(httplib::Response &res, const ApiError &e) {
+        metrics.count_http_error(e.http_status);
+        res.status = e.http_status;
+        res.set_content(api_error_json(e), "application/json");
+    }
+
+    // 503 while loading or shutting down; true when the caller may go on.
+    bool check_ready(httplib::Response &res) {
+        if (stopping.load()) {
+            send_error(res, api_error(503, "", "the server is shutting down", "shutting_down"));
+            return false;
+        }
+        if (!ready.load(std::memory_order_acquire)) {
+            send_error(res, api_error(503, "", "the model is loading; retry shortly", "loading"));
+            return false;
+        }
+        return true;
+    }
+
+    void install_guards();
+    void install_routes();
+    void handle_generate(const httplib::Request &req, httplib::Response &res, ApiKind kind);
+    void handle_tokenize(const httplib::Request &req, httplib::Response &res);
+    void handle_detokenize(const httplib::Request &req, httplib::Response &res);
+};
+
+void HttpServer::Impl::install_guards() {
+    svr.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
+    svr.set_read_timeout(opt.read_timeout_s, 0);
+    svr.set_write_timeout(opt.write_timeout_s, 0);
+    svr.set_keep_alive_timeout(opt.keep_alive_timeout_s);
+    svr.set_keep_alive_max_count(static_cast<size_t>(opt.keep_alive_max));
+    // Fixed pool: connections beyond it wait in the accept queue, threads
+    // are never created per connection.
+    const size_t n_threads = static_cast<size_t>(opt.n_http_threads);
+    svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+
+    svr.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+        if (static_cast<int>(req.headers.size()) > opt.max_headers) {
+            send_error(res, api_error(431, "", strfmt("%zu request header lines, limit %d", req.headers.size(),
+                                                      opt.max_headers)));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        const bool open_route = req.path == "/health" || req.path == "/metrics";
+        if (!opt.api_key.empty() && !open_route) {
+            const std::string auth = req.get_header_value("Authorization");
+            if (auth != "Bearer " + opt.api_key) {
+                send_error(res, api_error(401, "", "missing or wrong API key; send \"Authorization: Bearer KEY\"",
+                                          "invalid_api_key"));
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    // Errors the library raises itself (unknown route, body too large, bad
+    // request line) get an OpenAI error object too.
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request &req,
+                                                                        httplib::Response &res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string msg;
+        if (res.status == 404) msg = "unknown route " + req.method + " " + req.path;
+        else if (res.status == 413) msg = strfmt("request body over the limit of %lld bytes", static_cast<long long>(opt.max_body_bytes));
+        else msg = strfmt("HTTP %d", res.status);
+        const int status = res.status;
+        send_error(res, api_error(status, "", msg));
+        res.status = status;
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    svr.set_exception_handler([this](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception &e) {
+            what = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        send_error(res, api_error(500, "", what));
+    });
+}
+
+void HttpServer::Impl::handle_generate(const httplib::Request &req, httplib::Response &res, ApiKind kind) {
+    if (!check_ready(res)) return;
+    ApiRequest ar;
+    ApiError err;
+    if (!api_parse_request(req.body, kind, opt.limits, &ar, &err)) return send_error(res, err);
+    std::shared_ptr<GenJob> job = gen_start(model, &metrics, ar, &n_active, &err);
+    if (!job) return send_error(res, err);
+    const bool stream = ar.stream;
+    if (stream) res.set_header("Cache-Control", "no-cache");
+    // Non-streamed answers are chunked too: the writer then polls the socket
+    // while it waits, so a client that hangs up frees its sequence at once.
+    res.set_chunked_content_provider(
+        stream ? "text/event-stream" : "application/json",
+        [job, stream](size_t, httplib::DataSink &sink) {
+            HttplibSink s(sink);
+            const bool ok = stream ? gen_write_stream(*job, s) : gen_write_json(*job, s);
+            if (!ok) {
+                gen_abort(*job);
+                return false;
+            }
+            sink.done();
+            return true;
+        },
+        [job](bool success) {
+            if (!success) gen_abort(*job);
+        });
+}
+
+void HttpServer::Impl::handle_tokenize(const httplib::Request &req, httplib::Response &res) {
+    if (!check_ready(res)) return;
+    TokenizeRequest tr;
+    ApiError err;
+    if (!api_parse_tokenize(req.body, opt.limits, &tr, &err)) return send_error(res, err);
+    const Tokenizer &tok = *model.tok;
+    const std::vector<int32_t> ids = tok.encode(tr.content, tr.add_special && tok.add_bos(), /*parse_special=*/true);
+    json tokens = json::array();
+    for (int32_t id : ids) {
+        if (!tr.with_pieces) {
+            tokens.push_back(id);
+            continue;
+        }
+        // llama-server's shape: the piece as text when it is valid UTF-8, else its bytes.
+        const std::string piece = tok.token_to_piece(id);
+        size_t bad = 0;
+        json p = utf8_is_valid(piece, &bad) ? json(piece) : json(std::vector<int>(piece.begin(), piece.end()));
+        tokens.push_back({{"id", id}, {"piece", p}});
+    }
+    res.set_content(dump(json{{"tokens", tokens}}), "application/json");
+}
+
+void HttpServer::Impl::handle_detokenize(const httplib::Request &req, httplib::Response &res) {
+    if (!check_ready(res)) return;
+    std::vector<int64_t> raw;
+    ApiError err;
+    if (!api_parse_detokenize(req.body, opt.limits, &raw, &err)) return send_error(res, err);
+    const Tokenizer &tok = *model.tok;
+    std::vector<int32_t> ids;
+    ids.reserve(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) {
+        if (raw[i] < 0 || raw[i] >= tok.n_vocab())
+            return send_error(res, api_error(400, "tokens", strfmt("token id %lld at position %zu is outside the vocabulary [0, %d)",
+                                                                   static_cast<long long>(raw[i]), i, tok.n_vocab())));
+        ids.push_back(static_cast<int32_t>(raw[i]));
+    }
+    res.set_content(dump(json{{"content", tok.decode(ids, /*skip_special=*/false)}}), "application/json");
+}
+
+void HttpServer::Impl::install_routes() {
+    svr.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
+        handle_generate(req, res, ApiKind::completion);
+    });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) {
+        handle_generate(req, res, ApiKind::chat);
+    });
+    svr.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
+        if (!check_ready(res)) return;
+        json m = {{"id", model.model_id},
+                  {"object", "model"},
+                  {"created", model.created},
+                  {"owned_by", "sieve"},
+                  {"max_model_len", model.engine->options().max_ctx}};
+        res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
+    });
+    svr.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
+        if (!check_ready(res)) return;
+        res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
+        EngineStats st;
+        const bool have = ready.load(std::memory_order_acquire);
+        if (have) st = model.engine->stats();
+        res.set_content(metrics.render(have ? &st : nullptr), "text/plain; version=0.0.4");
+    });
+    svr.Post("/tokenize", [this](const httplib::Request &req, httplib::Response &res) { handle_tokenize(req, res); });
+    svr.Post("/detokenize", [this](const httplib::Request &req, httplib::Response &res) { handle_detokenize(req, res); });
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerOptions &opt) {
+    if (opt.n_http_threads < 1) return Status::errorf("HTTP threads: expected >= 1, got %d", opt.n_http_threads);
+    if (opt.max_body_bytes < 1024)
+        return Status::errorf("body limit: expected >= 1024 bytes, got %lld", static_cast<long long>(opt.max_body_bytes));
+    auto impl = std::make_unique<Impl>();
+    impl->opt = opt;
+    impl->install_guards();
+    impl->install_routes();
+    if (opt.port == 0) {
+        impl->bound_port = impl->svr.bind_to_any_port(opt.host);
+        if (impl->bound_port < 0) return Status::errorf("cannot bind %s on any port", opt.host.c_str());
+    } else {
+        if (!impl->svr.bind_to_port(opt.host, opt.port))
+            return Status::errorf("cannot bind %s:%d (in use, or not an address of this machine); pick another "
+                                  "--port or --host",
+                                  opt.host.c_str(), opt.port);
+        impl->bound_port = opt.port;
+    }
+    return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+int HttpServer::port() const { return impl_->bound_port; }
+
+void HttpServer::start() {
+    Impl *impl = impl_.get();
+    impl->listener = std::thread([impl] {
+        if (!impl->svr.listen_after_bind()) SIEVE_LOG_WARN("HTTP listener stopped with an error");
+    });
+}
+
+void HttpServer::set_model(const ServingModel &m) {
+    impl_->model = m;
+    impl_->ready.store(true, std::memory_order_release);
+}
+
+void HttpServer::begin_shutdown() { impl_->stopping.store(true); }
+
+int HttpServer::n_active() const { return impl_->n_active.load(); }
+
+void HttpServer::stop() {
+    if (!impl_) return;
+    impl_->stopping.store(true);
+    impl_->svr.stop();
+    if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+}  // namespace sieve

@@ -1,0 +1,105 @@
+#include "sieve/server/metrics.h"
+
+#include <cinttypes>
+
+#include "sieve/core/status.h"
+
+namespace sieve {
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+    size_t i = 0;
+    while (i < bounds_.size() && v > bounds_[i]) ++i;
+    ++counts_[i];
+    sum_ += v;
+    ++count_;
+}
+
+void Histogram::render(const std::string &name, const std::string &help, std::string *out) const {
+    *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+        cum += counts_[i];
+        *out += strfmt("%s_bucket{le=\"%g\"} %" PRIu64 "\n", name.c_str(), bounds_[i], cum);
+    }
+    cum += counts_.back();
+    *out += strfmt("%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name.c_str(), cum);
+    *out += strfmt("%s_sum %.9g\n%s_count %" PRIu64 "\n", name.c_str(), sum_, name.c_str(), count_);
+}
+
+// Bucket bounds as vLLM's (seconds), so dashboards made for it read the same.
+ServerMetrics::ServerMetrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+             40.0, 80.0, 160.0, 640.0, 2560.0}),
+      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+            80.0}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+            960.0, 1920.0, 7680.0}) {}
+
+void ServerMetrics::observe_ttft(double s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ttft_.observe(s);
+}
+void ServerMetrics::observe_itl(double s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    itl_.observe(s);
+}
+void ServerMetrics::observe_e2e(double s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    e2e_.observe(s);
+}
+void ServerMetrics::count_finished(FinishReason r) {
+    const int i = static_cast<int>(r);
+    if (i < 0 || i >= 5) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finished_[i];
+}
+void ServerMetrics::count_http_error(int status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status >= 500) ++http_5xx_;
+    else if (status >= 400) ++http_4xx_;
+}
+
+namespace {
+void gauge(std::string *out, const char *name, const char *type, const char *help, double v) {
+    *out += strfmt("# HELP %s %s\n# TYPE %s %s\n%s %.9g\n", name, help, name, type, name, v);
+}
+}  // namespace
+
+std::string ServerMetrics::render(const EngineStats *s) const {
+    std::string out;
+    const EngineStats st = s ? *s : EngineStats{};
+    gauge(&out, "sieve:num_requests_running", "gauge", "Sequences in the running batch.", st.n_running);
+    gauge(&out, "sieve:num_requests_waiting", "gauge", "Requests queued for admission.", st.n_waiting);
+    const double usage = st.kv_pages_total > 0 ? static_cast<double>(st.kv_pages_used) / st.kv_pages_total : 0.0;
+    gauge(&out, "sieve:kv_cache_usage_perc", "gauge", "Fraction of KV pages in use (0..1).", usage);
+    gauge(&out, "sieve:kv_pages_used", "gauge", "KV pool pages mapped for live sequences.",
+          static_cast<double>(st.kv_pages_used));
+    gauge(&out, "sieve:kv_pages_total", "gauge", "KV pool pages in all.", static_cast<double>(st.kv_pages_total));
+    gauge(&out, "sieve:num_preemptions_total", "counter", "Sequences preempted for lack of KV pages.",
+          static_cast<double>(st.n_preemptions));
+    gauge(&out, "sieve:prompt_tokens_total", "counter", "Prompt tokens processed.",
+          static_cast<double>(st.prompt_tokens_total));
+    gauge(&out, "sieve:generation_tokens_total", "counter", "Tokens generated.",
+          static_cast<double>(st.gen_tokens_total));
+    gauge(&out, "sieve:engine_steps_total", "counter", "Forward steps run by the engine.",
+          static_cast<double>(st.n_steps));
+
+    std::lock_guard<std::mutex> lock(mu_);
+    out += "# HELP sieve:request_success_total Finished requests by finish reason.\n"
+           "# TYPE sieve:request_success_total counter\n";
+    for (int i = 1; i < 5; ++i)
+        out += strfmt("sieve:request_success_total{finished_reason=\"%s\"} %" PRIu64 "\n",
+                      finish_reason_name(static_cast<FinishReason>(i)), finished_[i]);
+    out += "# HELP sieve:http_errors_total HTTP error responses by class.\n"
+           "# TYPE sieve:http_errors_total counter\n";
+    out += strfmt("sieve:http_errors_total{class=\"4xx\"} %" PRIu64 "\n", http_4xx_);
+    out += strfmt("sieve:http_errors_total{class=\"5xx\"} %" PRIu64 "\n", http_5xx_);
+    ttft_.render("sieve:time_to_first_token_seconds", "Time from request arrival to its first token.", &out);
+    itl_.render("sieve:inter_token_latency_seconds", "Time between consecutive tokens of a request.", &out);
+    e2e_.render("sieve:e2e_request_latency_seconds", "Time from request arrival to its last token.", &out);
+    return out;
+}
+
+}  // namespace sieve
