@@ -163,6 +163,9 @@ RequestResult send_streamed_request(const ServerAddress &addr, const std::string
         return r;
     }
     if (!sent || err != httplib::Error::Success) {
+        // A read that waited out the read timeout (set to the whole --timeout)
+        // reports a plain read error; the elapsed time tells it apart.
+        timed_out |= err == httplib::Error::Read && r.e2e_s >= addr.timeout_s * 0.999;
         r.error = transport_error(err, addr, timed_out, addr.timeout_s);
         return r;
     }
