@@ -6,6 +6,7 @@ set -euo pipefail
 
 debs=(build-essential cmake ninja-build pkg-config git ca-certificates
       libpcre2-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libcpp-httplib-dev
       clang libclang-rt-14-dev
       python3 python3-pip)
 missing=()
