@@ -1,0 +1,48 @@
+# `sieve bench` on stories260K: every output format, depth rows, and bad
+# command lines. --bandwidth skips the 1 GiB bandwidth measurement; -r 2 and
+# small sizes keep each test well under a second. No timing is asserted, only
+# the shape of the output.
+#
+# Also builds make_bench_model, the writer of the real-shaped benchmark models
+# (scripts/bench_models.sh puts them in the model cache).
+add_executable(make_bench_model ${CMAKE_SOURCE_DIR}/tests/model/make_bench_model.cpp)
+target_compile_options(make_bench_model PRIVATE ${SIEVE_WARNINGS})
+target_link_libraries(make_bench_model PRIVATE sieve_lib)
+
+set(bench_stories ${SIEVE_SHARED_MODELS}/stories260K.gguf)
+set(bench_small -m ${bench_stories} -p 16 -n 4 -r 2 --bandwidth 20)
+function(sieve_bench_test name rc out_re err_re)
+  add_test(NAME cli.bench.${name}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect.sh ${rc} "${out_re}" "${err_re}" -- $<TARGET_FILE:sieve> bench ${ARGN})
+  set_tests_properties(cli.bench.${name} PROPERTIES LABELS cli)
+endfunction()
+
+# md: llama-bench's columns, test names with depth, tg rows carry GB/s and % bw.
+sieve_bench_test(md_header 0 "\\| model \\| size \\| params \\| backend \\| threads \\| test \\| t/s \\| GB/s \\| % bw \\|" "" ${bench_small})
+sieve_bench_test(md_rows 0 "\\| llama 293K F32 \\| 1\\.12 MiB \\| 292\\.80 K \\| CPU \\| 1 \\| pp16 \\| [0-9.]+ ± [0-9.]+ \\|  \\|  \\|" "" ${bench_small} -t 1)
+sieve_bench_test(md_depth 0 "\\| tg4 @ d40 \\| [0-9.]+ ± [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\|" "" ${bench_small} -d 0,40)
+# Depth past one batch: the depth fill takes several forward passes.
+sieve_bench_test(md_deep_batch 0 "pp16 @ d70 " "" ${bench_small} -d 70 -b 32)
+sieve_bench_test(contiguous 0 "tg4 @ d40" "" ${bench_small} -d 40 --kv contiguous)
+# jsonl: one object per line with llama-bench's field names and sieve's own
+# (expect.sh matches line by line: one test per row kind).
+sieve_bench_test(jsonl_pp 0
+  "^\\{\"build_commit\": \"sieve\".*\"model_filename\": \"[^\"]*stories260K\\.gguf\", \"model_type\": \"llama 293K F32\", \"model_size\": 1171200, \"model_n_params\": 292800, \"n_batch\": 512, .*\"n_threads\": 2, \"type_k\": \"f32\".*\"n_prompt\": 16, \"n_gen\": 0, \"n_depth\": 0, .*\"avg_ns\": [0-9]+, \"stddev_ns\": [0-9]+, \"avg_ts\": [0-9.]+, \"stddev_ts\": [0-9.]+, \"median_ts\": [0-9.]+, \"gbps\": null, \"bw_frac\": null, \"bw_gbps\": 20\\.0+, \"samples_ns\": \\[[0-9]+, [0-9]+\\], \"samples_ts\": \\[[0-9.]+, [0-9.]+\\]\\}$"
+  "" ${bench_small} -t 2 -o jsonl)
+sieve_bench_test(jsonl_tg 0 "^\\{.*\"n_prompt\": 0, \"n_gen\": 4, \"n_depth\": 0, .*\"gbps\": [0-9.]+, \"bw_frac\": [0-9.]+, " "" ${bench_small} -o jsonl)
+sieve_bench_test(json_array 0 "^    \"n_gen\": 4,$" "" ${bench_small} -o json)
+sieve_bench_test(json_close 0 "^\\]$" "" ${bench_small} -o json)
+sieve_bench_test(csv_header 0 "^build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,kv_store,n_prompt,n_gen,n_depth,.*avg_ts,stddev_ts,median_ts,gbps,bw_frac,bw_gbps,samples_ns,samples_ts$" "" ${bench_small} -o csv)
+sieve_bench_test(csv_row 0 "^\"sieve\",.*,\"llama 293K F32\",1171200,292800,512,512,[0-9]+,\"f32\",\"f32\",\"vattention\",0,4,0," "" ${bench_small} -o csv)
+# Lists: comma lists and repeats; -p 0 skips pp.
+sieve_bench_test(list_comma 0 "\\| pp12 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
+sieve_bench_test(list_repeat 0 "\\| tg3 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
+sieve_bench_test(no_pp 0 "tg4" "" ${bench_small} -p 0)
+# Bad command lines name the flag and what was expected.
+sieve_bench_test(help 0 "usage: sieve bench" "" --help)
+sieve_bench_test(bad_format 2 "" "-o: expected md, csv, json or jsonl, got 'xml'" ${bench_small} -o xml)
+sieve_bench_test(bad_list 2 "" "-p: expected" ${bench_small} -p 8,x)
+sieve_bench_test(bad_threads 2 "" "-t: expected" ${bench_small} -t 0)
+sieve_bench_test(bad_bandwidth 2 "" "--bandwidth: expected" ${bench_small} --bandwidth -3)
+sieve_bench_test(unknown_flag 2 "" "unknown option '--bogus'" ${bench_small} --bogus)
+sieve_bench_test(missing_model 1 "" "cannot open 'no-such-file\\.gguf'" -m no-such-file.gguf -p 8 -n 0 -r 1 --bandwidth 20)
