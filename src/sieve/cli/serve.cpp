@@ -62,6 +62,7 @@ void serve_usage(FILE *out) {
                  "  --max-batch-tokens N      tokens per forward step (default: 512)\n"
                  "  --kv-memory BYTES         KV pool size, e.g. 512MiB (default: enough for\n"
                  "                            --parallel full contexts)\n"
+                 "  --kv-page-size BYTES      KV page, a power of two from 4KiB to 2MiB (default: 64KiB)\n"
                  "  --max-queue N             waiting requests before 429 (default: 256)\n"
                  "  -t, --threads N           compute threads (default: every core)\n"
                  "  --http-threads N          connections served at once (default: 64)\n"
@@ -110,6 +111,7 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
         else if (f == "-c" || f == "--ctx-size") SIEVE_TRY(take_int(args, f, 0, int64_t{1} << 24, &o->n_ctx));
         else if (f == "--max-batch-tokens") SIEVE_TRY(take_int(args, f, 1, int64_t{1} << 20, &o->engine.max_batch_tokens));
         else if (f == "--kv-memory") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_memory_bytes));
+        else if (f == "--kv-page-size") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_page_bytes));
         else if (f == "--max-queue") { SIEVE_TRY(take_int(args, f, 0, 1 << 20, &v)); o->engine.max_waiting = static_cast<int>(v); }
         else if (f == "-t" || f == "--threads") { SIEVE_TRY(take_int(args, f, 1, 4096, &v)); o->engine.n_threads = static_cast<int>(v); }
         else if (f == "--http-threads") { SIEVE_TRY(take_int(args, f, 1, 4096, &v)); o->http.n_http_threads = static_cast<int>(v); }
