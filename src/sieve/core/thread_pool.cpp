@@ -8,11 +8,14 @@ namespace sieve {
 
 namespace {
 // How long an idle worker spins before sleeping: long enough to cover the gap
-// between two kernels of one forward pass, short enough not to burn a core
-// between requests.
-constexpr int k_spin_iters = 1 << 16;
+// between two kernels of one forward pass (and between decode steps), short
+// enough not to burn a core between requests.
+constexpr int k_spin_iters = 1 << 17;
 // How long the caller spins waiting for stragglers before it yields.
 constexpr int k_wait_spin_iters = 1 << 12;
+
+constexpr uint32_t gen_of(uint64_t c) { return static_cast<uint32_t>(c >> 32); }
+constexpr int64_t idx_of(uint64_t c) { return static_cast<int64_t>(c & 0xffffffffu); }
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -22,38 +25,56 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 
 ThreadPool::~ThreadPool() {
     stop_.store(true);
-    generation_.fetch_add(1);
-    generation_.notify_all();
+    wake_.fetch_add(1);
+    wake_.notify_all();
     for (auto &w : workers_) w.join();
 }
 
-void ThreadPool::drain(int thread) {
+int64_t ThreadPool::drain(uint32_t gen, int thread) {
+    int64_t n_ran = 0;
+    uint64_t c = claim_.load(std::memory_order_acquire);
     for (;;) {
-        int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-        if (task >= job_n_) break;
-        job_fn_(job_ctx_, task, thread);
+        if (gen_of(c) != gen) break;
+        // Read the job before claiming: if the claim below succeeds, the word
+        // still held generation gen with a task left, so the job cannot have
+        // been replaced in between (the caller replaces it only after every
+        // task of gen has been claimed and finished).
+        const Trampoline fn = job_fn_.load(std::memory_order_acquire);
+        void *ctx = job_ctx_.load(std::memory_order_acquire);
+        const int64_t n = job_n_.load(std::memory_order_acquire);
+        if (idx_of(c) >= n) break;
+        if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+        fn(ctx, idx_of(c), thread);
+        ++n_ran;
+        c = claim_.load(std::memory_order_acquire);
     }
+    return n_ran;
 }
 
 void ThreadPool::run_impl(int64_t n_tasks, Trampoline fn, void *ctx) {
     if (n_tasks <= 0) return;
+    SIEVE_CHECKF(n_tasks < (int64_t{1} << 31), "ThreadPool::run: %lld tasks", static_cast<long long>(n_tasks));
     if (n_threads_ == 1 || n_tasks == 1) {
         for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, 0);
         return;
     }
-    job_fn_ = fn;
-    job_ctx_ = ctx;
-    job_n_ = n_tasks;
-    next_task_.store(0, std::memory_order_relaxed);
-    n_active_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
-    generation_.notify_all();
-    drain(0);
-    // Wait for the workers to finish their last task. Spin first (the common
-    // case is a worker one task behind); past that, a worker has probably been
+    const uint32_t gen = ++gen_;
+    job_fn_.store(fn, std::memory_order_relaxed);
+    job_ctx_.store(ctx, std::memory_order_relaxed);
+    job_n_.store(n_tasks, std::memory_order_relaxed);
+    n_done_.store(0, std::memory_order_relaxed);
+    claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_seq_cst);
+    if (n_sleeping_.load(std::memory_order_seq_cst) > 0) {
+        wake_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.notify_all();
+    }
+    const int64_t mine = drain(gen, 0);
+    // Wait for the tasks workers claimed. Spin first (the common case is a
+    // worker one task behind); past that, a worker has probably been
     // descheduled by another process, so give the core back instead of
     // burning the time slice it needs.
-    for (int spins = 0; n_active_.load(std::memory_order_acquire) != 0; ++spins) {
+    const int64_t others = n_tasks - mine;
+    for (int spins = 0; n_done_.load(std::memory_order_acquire) != others; ++spins) {
         if (spins < k_wait_spin_iters) {
             _mm_pause();
         } else {
@@ -63,24 +84,28 @@ void ThreadPool::run_impl(int64_t n_tasks, Trampoline fn, void *ctx) {
 }
 
 void ThreadPool::worker_main(int thread) {
-    // Start from the generation at construction (0), not a fresh load: a job
-    // posted before this thread first runs must still be seen as new.
-    uint32_t seen = 0;
+    uint32_t seen = 0;  // the last generation this worker drained
     for (;;) {
         uint32_t gen = seen;
-        for (int i = 0; i < k_spin_iters; ++i) {
-            gen = generation_.load(std::memory_order_acquire);
-            if (gen != seen) break;
-            _mm_pause();
+        for (int i = 0; i < k_spin_iters && gen == seen; ++i) {
+            gen = gen_of(claim_.load(std::memory_order_acquire));
+            if (gen == seen) _mm_pause();
         }
         if (gen == seen) {
-            generation_.wait(seen, std::memory_order_acquire);
-            gen = generation_.load(std::memory_order_acquire);
+            // Sleep. Announce it first, then re-check the word: a caller that
+            // published after our check sees n_sleeping_ > 0 and bumps wake_.
+            const uint32_t w = wake_.load(std::memory_order_seq_cst);
+            n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+            gen = gen_of(claim_.load(std::memory_order_seq_cst));
+            if (gen == seen && !stop_.load()) wake_.wait(w, std::memory_order_seq_cst);
+            n_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+            if (stop_.load()) return;
+            continue;
         }
-        seen = gen;
         if (stop_.load()) return;
-        drain(thread);
-        n_active_.fetch_sub(1, std::memory_order_release);
+        seen = gen;
+        const int64_t n_ran = drain(gen, thread);
+        if (n_ran > 0) n_done_.fetch_add(n_ran, std::memory_order_release);
     }
 }
 
