@@ -335,9 +335,12 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         // 1. attention block
         cpu::rmsnorm(x, l.attn_norm, h, T, E, c.norm_eps);
         dump("attn_norm", li, h, T, E);
-        cpu::matmul(l.wq, h, T, q, pool);
-        cpu::matmul(l.wk, h, T, k, pool);
-        cpu::matmul(l.wv, h, T, v, pool);
+        {
+            // One dispatch (and one activation quantization) for all three.
+            const cpu::WeightView qkv_w[3] = {l.wq, l.wk, l.wv};
+            float *const qkv_y[3] = {q, k, v};
+            cpu::matmul_multi(qkv_w, qkv_y, 3, h, T, pool);
+        }
         if (l.bq) {
             add_bias(q, l.bq, T, c.q_dim());
             add_bias(k, l.bk, T, c.kv_dim());
@@ -357,8 +360,11 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         // 2. feed-forward block (SwiGLU)
         cpu::rmsnorm(x, l.ffn_norm, h, T, E, c.norm_eps);
         dump("ffn_norm", li, h, T, E);
-        cpu::matmul(l.w_gate, h, T, gate, pool);
-        cpu::matmul(l.w_up, h, T, up, pool);
+        {
+            const cpu::WeightView gate_up_w[2] = {l.w_gate, l.w_up};
+            float *const gate_up_y[2] = {gate, up};
+            cpu::matmul_multi(gate_up_w, gate_up_y, 2, h, T, pool);
+        }
         cpu::silu_mul(gate, up, T * F);
         cpu::matmul(l.w_down, gate, T, h, pool);
         dump("ffn_out", li, h, T, E);

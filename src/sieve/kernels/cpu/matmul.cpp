@@ -113,41 +113,92 @@ void matmul_f32(const WeightView &w, const float *x, int64_t n_tokens, float *y,
     });
 }
 
-void matmul_q8(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
-    const q8::RowShape s = q8::row_shape(w.n_cols);
-    const Tiling tl = tiling(w, n_tokens);
+// Decode-sized batches (at most k_raw_max_tokens tokens) are split into
+// contiguous row ranges instead of 16-row tiles: about k_tasks_per_thread
+// tasks per thread (fewer claims on the pool's shared word, long sequential
+// weight streams the prefetcher follows), each at least k_min_task_rows rows.
+constexpr int64_t k_tasks_per_thread = 4;
+constexpr int64_t k_min_task_rows = 32;
+// Software prefetch distance for the raw decode path, in rows: the dot of one
+// row is short (a few hundred bytes), so the hardware prefetcher alone leaves
+// the gather of the next row's scales waiting on DRAM.
+constexpr int64_t k_prefetch_rows = 4;
+
+inline void prefetch_row(const uint8_t *p, int64_t n_bytes) {
+#if defined(__SSE__)
+    for (int64_t o = 0; o < n_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
+#else
+    (void)p;
+    (void)n_bytes;
+#endif
+}
+
+// Several weight matrices of one type and width against the same activations
+// (Q, K and V; gate and up): one quantization of the activations and one pool
+// dispatch for all of them. Rows of the matrices are numbered one after the
+// other; a task covers rows of one matrix only.
+void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const float *x, int64_t n_tokens,
+                     ThreadPool &pool) {
+    const int64_t n_cols = ws[0].n_cols;
+    const q8::RowShape s = q8::row_shape(n_cols);
     uint8_t *act = grow(scratch().act, static_cast<size_t>(n_tokens * s.stride_bytes));
     // Quantize the activations once, shared read-only by every task.
     const int64_t n_act_tasks = std::min<int64_t>(n_tokens, pool.n_threads() * 4);
     pool.run(n_act_tasks, [&](int64_t task, int) {
         for (int64_t t = task; t < n_tokens; t += n_act_tasks)
-            q8::quantize_act(x + t * w.n_cols, s, act + t * s.stride_bytes);
+            q8::quantize_act(x + t * n_cols, s, act + t * s.stride_bytes);
     });
-    const uint8_t *base = static_cast<const uint8_t *>(w.data);
-    pool.run(tl.n_row_tiles * tl.n_tok_tiles, [&](int64_t task, int) {
-        const int64_t r0 = task / tl.n_tok_tiles * k_row_tile, r1 = std::min(r0 + k_row_tile, w.n_rows);
-        const int64_t t0 = task % tl.n_tok_tiles * k_tok_tile, t1 = std::min(t0 + k_tok_tile, n_tokens);
+    const bool decode = n_tokens <= k_raw_max_tokens;
+    int64_t total_rows = 0;
+    for (int m = 0; m < n_mat; ++m) total_rows += ws[m].n_rows;
+    const int64_t row_chunk =
+        decode ? std::max(k_min_task_rows,
+                          (total_rows + pool.n_threads() * k_tasks_per_thread - 1) / (pool.n_threads() * k_tasks_per_thread) /
+                              k_row_tile * k_row_tile)
+               : k_row_tile;
+    const int64_t tok_chunk = decode ? n_tokens : k_tok_tile;
+    const int64_t n_tok_tiles = (n_tokens + tok_chunk - 1) / tok_chunk;
+    // First task of each matrix: tasks [task0[m], task0[m+1]) are its row chunks.
+    int64_t task0[8] = {0};
+    SIEVE_CHECKF(n_mat >= 1 && n_mat < 8, "matmul_multi: %d matrices", n_mat);
+    for (int m = 0; m < n_mat; ++m) task0[m + 1] = task0[m] + (ws[m].n_rows + row_chunk - 1) / row_chunk * n_tok_tiles;
+
+    pool.run(task0[n_mat], [&](int64_t task, int) {
+        int m = 0;
+        while (task >= task0[m + 1]) ++m;
+        const WeightView &w = ws[m];
+        float *y = ys[m];
+        const int64_t local = task - task0[m];
+        const int64_t r0 = local / n_tok_tiles * row_chunk, r1 = std::min(r0 + row_chunk, w.n_rows);
+        const int64_t t0 = local % n_tok_tiles * tok_chunk, t1 = std::min(t0 + tok_chunk, n_tokens);
+        const uint8_t *base = static_cast<const uint8_t *>(w.data);
         // Few tokens: read the GGUF blocks directly; unpacking to scratch
         // only pays off when the unpacked rows serve many tokens.
-        const bool raw = t1 - t0 <= k_raw_max_tokens && q8::has_dot_raw(w.type);
-        uint8_t *tile = nullptr;
-        if (!raw) {
-            tile = grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
-            for (int64_t r = r0; r < r1; ++r)
-                q8::unpack_weight(w.type, base + r * w.row_bytes, s, tile + (r - r0) * s.stride_bytes);
-        }
-        // Four tokens per weight-row pass: each weight vector load feeds four dots.
-        for (int64_t t = t0; t < t1; t += 4) {
-            const int n_act = static_cast<int>(std::min<int64_t>(4, t1 - t));
-            const uint8_t *acts[4];
-            for (int j = 0; j < n_act; ++j) acts[j] = act + (t + j) * s.stride_bytes;
-            for (int64_t r = r0; r < r1; ++r) {
-                float out[4];
-                if (raw)
-                    q8::dot_raw(w.type, base + r * w.row_bytes, acts, n_act, s, out);
-                else
-                    q8::dot(tile + (r - r0) * s.stride_bytes, acts, n_act, s, out);
-                for (int j = 0; j < n_act; ++j) y[(t + j) * w.n_rows + r] = out[j];
+        const bool raw = decode && q8::has_dot_raw(w.type);
+        uint8_t *tile = raw ? nullptr : grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
+        // Sub-tiles of k_row_tile rows: the unpacked rows stay in L1 while
+        // every token of the token tile uses them.
+        for (int64_t rb = r0; rb < r1; rb += k_row_tile) {
+            const int64_t rb1 = std::min(rb + k_row_tile, r1);
+            if (!raw)
+                for (int64_t r = rb; r < rb1; ++r)
+                    q8::unpack_weight(w.type, base + r * w.row_bytes, s, tile + (r - rb) * s.stride_bytes);
+            // Four tokens per weight-row pass: each weight vector load feeds four dots.
+            for (int64_t t = t0; t < t1; t += 4) {
+                const int n_act = static_cast<int>(std::min<int64_t>(4, t1 - t));
+                const uint8_t *acts[4];
+                for (int j = 0; j < n_act; ++j) acts[j] = act + (t + j) * s.stride_bytes;
+                for (int64_t r = rb; r < rb1; ++r) {
+                    float out[4];
+                    if (raw) {
+                        if (r + k_prefetch_rows < r1)
+                            prefetch_row(base + (r + k_prefetch_rows) * w.row_bytes, w.row_bytes);
+                        q8::dot_raw(w.type, base + r * w.row_bytes, acts, n_act, s, out);
+                    } else {
+                        q8::dot(tile + (r - rb) * s.stride_bytes, acts, n_act, s, out);
+                    }
+                    for (int j = 0; j < n_act; ++j) y[(t + j) * w.n_rows + r] = out[j];
+                }
             }
         }
     });
@@ -168,9 +219,21 @@ void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, Thr
     check_weight(w);
     if (n_tokens <= 0 || w.n_rows <= 0) return;
     if (q8::supports(w.type))
-        matmul_q8(w, x, n_tokens, y, pool);
+        matmul_q8_multi(&w, &y, 1, x, n_tokens, pool);
     else
         matmul_f32(w, x, n_tokens, y, pool);
+}
+
+void matmul_multi(const WeightView *ws, float *const *ys, int n_mat, const float *x, int64_t n_tokens,
+                  ThreadPool &pool) {
+    bool shared = n_mat > 1 && n_mat < 8;
+    for (int m = 0; m < n_mat; ++m) {
+        check_weight(ws[m]);
+        shared = shared && ws[m].n_cols == ws[0].n_cols && q8::supports(ws[m].type) && ws[m].n_rows > 0;
+    }
+    if (n_tokens <= 0) return;
+    if (shared) return matmul_q8_multi(ws, ys, n_mat, x, n_tokens, pool);
+    for (int m = 0; m < n_mat; ++m) matmul(ws[m], x, n_tokens, ys[m], pool);
 }
 
 void get_row(const WeightView &w, int64_t row, float *out) {

@@ -28,6 +28,11 @@ struct WeightView {
 // Does not allocate after the first call with a given shape (scratch is kept
 // per thread inside the kernel module).
 void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool);
+// matmul of several matrices with the same n_cols against the same x
+// (Q/K/V, gate/up): y_m = W_m x for m < n_mat. Results equal separate
+// matmul calls bitwise; mixed types fall back to separate calls. n_mat < 8.
+void matmul_multi(const WeightView *w, float *const *y, int n_mat, const float *x, int64_t n_tokens,
+                  ThreadPool &pool);
 // Scalar oracle: dequantize each row, accumulate in double.
 void matmul_ref(const WeightView &w, const float *x, int64_t n_tokens, float *y);
 
