@@ -171,7 +171,7 @@ RequestResult send_streamed_request(const ServerAddress &addr, const std::string
     }
     if (!saw_done) {
         r.error = sse.has_partial_event() ? "stream cut off in the middle of an event"
-                                          : "stream ended without 'data: [DONE]'";
+                                          : "stream ended without 'data: [DONE]' (does the server stream?)";
         return r;
     }
     if (n_content_chunks == 0) {
