@@ -95,7 +95,7 @@ protected:
     }
 
     std::unique_ptr<Engine> make_engine(EngineOptions o) {
-        if (o.n_threads == 0) o.n_threads = 2;
+        if (o.n_threads == 0) o.n_threads = 1;
         auto e = Engine::create(*model_, *tok_, o);
         EXPECT_TRUE(e.ok()) << e.status().message();
         return e.ok() ? std::move(e.value()) : nullptr;
@@ -161,7 +161,7 @@ protected:
         return out;
     }
 
-    ThreadPool pool_{2};
+    ThreadPool pool_{1};
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<Model> model_;
     std::unique_ptr<Tokenizer> tok_;
@@ -186,6 +186,361 @@ TEST_F(EngineTest, RunsOneRequestEndToEnd) {
     EXPECT_EQ(s.gen_tokens_total, 20);
     EXPECT_EQ(s.prompt_tokens_total, static_cast<int64_t>(prompt.size()));
     EXPECT_GT(s.n_steps, 0);
+}
+
+
+// Nine requests with prompts of 3..150 tokens at once, 32 tokens per step:
+// prompts are chunked and mixed with decodes of the others, yet each greedy
+// output equals its run alone and the sequential oracle.
+TEST_F(EngineTest, GreedyOutputIndependentOfBatchComposition) {
+    EngineOptions o;
+    o.max_seqs = 9;
+    o.max_batch_tokens = 32;
+    o.max_ctx = 256;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    const int64_t lens[] = {3, 150, 17, 40, 1, 65, 33, 90, 9};
+    std::vector<GenRequest> reqs;
+    for (size_t i = 0; i < std::size(lens); ++i)
+        reqs.push_back(greedy(random_prompt(lens[i], 100 + static_cast<uint32_t>(i)), 12 + static_cast<int64_t>(i) * 3));
+
+    const auto together = run_all(*e, reqs);
+    ASSERT_EQ(together.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        const auto alone = run_all(*e, {reqs[i]});
+        ASSERT_EQ(alone.size(), 1u);
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(together[i]));
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(alone[0]));
+        const auto ref = reference_greedy(reqs[i].prompt, reqs[i].max_tokens);
+        EXPECT_EQ(event_tokens(alone[0]), ref) << "request " << i << " alone";
+        EXPECT_EQ(event_tokens(together[i]), ref) << "request " << i << " among others";
+        EXPECT_EQ(event_text(together[i]), event_text(alone[0])) << "request " << i;
+        EXPECT_EQ(together[i].back().finish_reason, FinishReason::length);
+    }
+    e->shutdown(true);
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
+}
+
+// A pool of 5 pages per lane for 8 requests that each grow to 2 pages per
+// lane: the scheduler must preempt, and every output is still the one of the
+// request run alone.
+TEST_F(EngineTest, PreemptionKeepsGreedyOutputs) {
+    const KvShape shape = model_->kv_shape(1);
+    const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
+    const int64_t rows_per_page = 4096 / (shape.head_dim * 4);
+    EngineOptions o;
+    o.max_seqs = 8;
+    o.max_batch_tokens = 64;
+    o.max_ctx = 2 * rows_per_page;
+    o.kv_page_bytes = 4096;
+    o.kv_memory_bytes = 5 * lanes * 4096;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    std::vector<GenRequest> reqs;
+    for (int i = 0; i < 8; ++i) {
+        const int64_t n = rows_per_page - 40 + i * 7;  // crosses the first page while decoding
+        reqs.push_back(greedy(random_prompt(n, 300 + static_cast<uint32_t>(i)), 60));
+    }
+    const auto together = run_all(*e, reqs);
+    ASSERT_EQ(together.size(), reqs.size());
+    EXPECT_GT(e->stats().n_preemptions, 0);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(together[i]));
+        EXPECT_EQ(together[i].back().finish_reason, FinishReason::length) << together[i].back().error;
+        EXPECT_EQ(event_tokens(together[i]), reference_greedy(reqs[i].prompt, reqs[i].max_tokens)) << "request " << i;
+    }
+    e->shutdown(true);
+    const EngineStats s = e->stats();
+    EXPECT_EQ(s.kv_pages_used, 0);
+    EXPECT_EQ(s.kv_pages_total, 5 * lanes);
+    EXPECT_EQ(s.n_running, 0);
+    EXPECT_EQ(s.n_waiting, 0);
+    EXPECT_EQ(s.gen_tokens_total, 8 * 60);
+}
+
+// 32 requests (sampled, each with its own seed) and a second thread that
+// cancels a random third of them at random moments.
+TEST_F(EngineTest, ConcurrentCancellationsFreeEverything) {
+    EngineOptions o;
+    o.max_seqs = 8;
+    o.max_batch_tokens = 48;
+    o.max_ctx = 256;
+    o.kv_page_bytes = 4096;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    std::mt19937 rng(7);
+    Collector c;
+    std::vector<uint64_t> ids;
+    std::vector<int64_t> max_tokens;
+    for (int i = 0; i < 32; ++i) {
+        GenRequest r;
+        r.prompt = random_prompt(std::uniform_int_distribution<int64_t>(2, 90)(rng), 500 + static_cast<uint32_t>(i));
+        r.max_tokens = std::uniform_int_distribution<int64_t>(5, 60)(rng);
+        r.ignore_eos = true;
+        r.sampling.temperature = 0.9f;
+        r.sampling.seed = static_cast<uint64_t>(i) * 7919;
+        r.n_logprobs = i % 3 == 0 ? 2 : -1;
+        auto id = e->submit(r, c.callback());
+        ASSERT_TRUE(id.ok()) << id.status().message();
+        ids.push_back(*id);
+        max_tokens.push_back(r.max_tokens);
+    }
+    std::vector<uint64_t> to_cancel;
+    for (uint64_t id : ids)
+        if (rng() % 3 == 0) to_cancel.push_back(id);
+    std::thread canceller([&, seed = rng()] {
+        std::mt19937 r2(static_cast<uint32_t>(seed));
+        for (uint64_t id : to_cancel) {
+            std::this_thread::sleep_for(std::chrono::microseconds(r2() % 3000));
+            e->cancel(id);
+        }
+    });
+    canceller.join();
+    ASSERT_TRUE(c.wait(32)) << "requests did not finish";
+    int n_cancelled = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const auto evs = c.events(ids[i]);
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs));
+        const GenEvent &last = evs.back();
+        const bool asked = std::find(to_cancel.begin(), to_cancel.end(), ids[i]) != to_cancel.end();
+        if (last.finish_reason == FinishReason::cancelled) {
+            EXPECT_TRUE(asked) << "request " << i << " cancelled without being asked";
+            EXPECT_LT(last.n_gen_tokens, max_tokens[i]);
+            ++n_cancelled;
+            continue;
+        }
+        EXPECT_EQ(last.finish_reason, FinishReason::length) << "request " << i << ": " << last.error;
+        EXPECT_EQ(last.n_gen_tokens, max_tokens[i]) << "request " << i;
+        if (i % 3 == 0) {
+            for (const GenEvent &ev : evs) {
+                ASSERT_EQ(ev.logprobs.size(), ev.tokens.size());
+                ASSERT_EQ(ev.top_logprobs.size(), ev.tokens.size());
+                for (size_t k = 0; k < ev.tokens.size(); ++k) {
+                    EXPECT_EQ(ev.logprobs[k].token, ev.tokens[k]);
+                    ASSERT_EQ(ev.top_logprobs[k].size(), 2u);
+                    EXPECT_GE(ev.top_logprobs[k][0].logprob, ev.top_logprobs[k][1].logprob);
+                    EXPECT_LE(ev.logprobs[k].logprob, 0.0f);
+                }
+            }
+        }
+    }
+    EXPECT_GT(n_cancelled, 0) << "no cancellation landed before its request finished";
+    e->shutdown(true);
+    const EngineStats s = e->stats();
+    EXPECT_EQ(s.kv_pages_used, 0);
+    EXPECT_EQ(s.n_running, 0);
+    EXPECT_EQ(s.n_waiting, 0);
+}
+
+TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheMatch) {
+    StopMatcher m({"The end", "xyz"});
+    bool hit = false;
+    EXPECT_EQ(m.push("Hello. Th", &hit), "Hello. ");  // "Th" may start "The end"
+    EXPECT_FALSE(hit);
+    EXPECT_EQ(m.push("e e", &hit), "");
+    EXPECT_FALSE(hit);
+    EXPECT_EQ(m.push("ndless", &hit), "");  // matched "The end" across three pushes
+    EXPECT_TRUE(hit);
+
+    StopMatcher n({"ab", "bc"});
+    EXPECT_EQ(n.push("xa", &hit), "x");
+    EXPECT_EQ(n.push("c", &hit), "ac");  // "ac" starts neither
+    EXPECT_FALSE(hit);
+    EXPECT_EQ(n.push("b", &hit), "");
+    EXPECT_EQ(n.push("c!", &hit), "");  // "bc": earliest match wins, nothing after it
+    EXPECT_TRUE(hit);
+
+    StopMatcher f({"\xC3\xA9t\xC3\xA9"});  // "été"
+    EXPECT_EQ(f.push("caf\xC3\xA9", &hit), "caf");
+    EXPECT_EQ(f.push("!", &hit), "\xC3\xA9!");
+    EXPECT_EQ(f.push("\xC3\xA9t", &hit), "");
+    EXPECT_EQ(f.flush(), "\xC3\xA9t");
+
+    StopMatcher none({});
+    EXPECT_EQ(none.push("abc", &hit), "abc");
+    EXPECT_FALSE(hit);
+}
+
+// A stop string taken from the middle of a greedy output (so it spans token
+// boundaries) cuts the output right before its first occurrence.
+TEST_F(EngineTest, StopStringCutsTheOutput) {
+    auto e = make_engine(EngineOptions{});
+    ASSERT_TRUE(e);
+    const auto prompt = tok_->encode("Once upon a time, there was a big red ball", true, false);
+    const auto base = run_all(*e, {greedy(prompt, 40)});
+    ASSERT_EQ(base.size(), 1u);
+    const std::string full = event_text(base[0]);
+    ASSERT_GT(full.size(), 40u) << full;
+    // Byte offsets where one token's text ends and the next begins.
+    std::vector<size_t> bounds;
+    size_t at = 0;
+    for (int32_t t : event_tokens(base[0])) bounds.push_back(at += tok_->token_to_piece(t).size());
+    ASSERT_EQ(at, full.size()) << "pieces do not add up to the streamed text";
+    int n_checked = 0, n_spanning = 0;
+    for (size_t start : {size_t{5}, size_t{13}, full.size() / 2}) {
+        for (size_t len : {size_t{2}, size_t{7}}) {
+            const std::string stop = full.substr(start, len);
+            if (!utf8_is_valid(stop)) continue;
+            GenRequest r = greedy(prompt, 40);
+            r.stop = {stop, "zzzzzzzz"};
+            const auto evs = run_all(*e, {r});
+            ASSERT_EQ(evs.size(), 1u);
+            ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs[0]));
+            EXPECT_EQ(evs[0].back().finish_reason, FinishReason::stop) << "stop '" << stop << "'";
+            EXPECT_EQ(event_text(evs[0]), full.substr(0, full.find(stop))) << "stop '" << stop << "'";
+            // Events only append text, so this equality also shows that the
+            // stop string's first tokens were held back, not streamed.
+            EXPECT_LT(evs[0].back().n_gen_tokens, 40);
+            ++n_checked;
+            n_spanning += std::any_of(bounds.begin(), bounds.end(), [&](size_t b) { return b > start && b < start + len; });
+        }
+    }
+    EXPECT_GE(n_checked, 4);
+    EXPECT_GE(n_spanning, 2) << "no stop string crossed a token boundary";
+
+    // Without a match the held-back tail is released at max_tokens.
+    GenRequest r = greedy(prompt, 40);
+    r.stop = {full.substr(full.size() - 3) + "\x01"};
+    const auto tail = run_all(*e, {r});
+    ASSERT_EQ(tail.size(), 1u);
+    EXPECT_EQ(tail[0].back().finish_reason, FinishReason::length);
+    EXPECT_EQ(event_text(tail[0]), full);
+}
+
+TEST_F(EngineTest, MaxTokensAndEos) {
+    auto e = make_engine(EngineOptions{});
+    ASSERT_TRUE(e);
+    const auto prompt = tok_->encode("The cat sat", true, false);
+    for (int64_t n : {1, 2, 7}) {
+        const auto evs = run_all(*e, {greedy(prompt, n)});
+        ASSERT_EQ(evs.size(), 1u);
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs[0]));
+        EXPECT_EQ(evs[0].back().n_gen_tokens, n);
+        EXPECT_EQ(evs[0].back().finish_reason, FinishReason::length);
+    }
+    // Without ignore_eos a story ends at EOS: that token is counted but has no text.
+    GenRequest r = greedy(prompt, 400);
+    r.ignore_eos = false;
+    const auto evs = run_all(*e, {r});
+    ASSERT_EQ(evs.size(), 1u);
+    ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs[0]));
+    if (evs[0].back().finish_reason == FinishReason::stop) {
+        EXPECT_TRUE(tok_->is_eog(event_tokens(evs[0]).back()));
+        EXPECT_LT(evs[0].back().n_gen_tokens, 400);
+    } else {
+        EXPECT_EQ(evs[0].back().finish_reason, FinishReason::length);
+        EXPECT_EQ(evs[0].back().n_gen_tokens, 400);
+    }
+}
+
+TEST_F(EngineTest, SubmitRejectsBadRequests) {
+    EngineOptions o;
+    o.max_ctx = 100;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    auto cb = [](const GenEvent &) {};
+    auto expect_error = [&](GenRequest r, const std::string &needle) {
+        auto id = e->submit(std::move(r), cb);
+        ASSERT_FALSE(id.ok()) << "accepted a request that should fail with '" << needle << "'";
+        EXPECT_NE(id.status().message().find(needle), std::string::npos) << id.status().message();
+        EXPECT_FALSE(Engine::is_queue_full_error(id.status()));
+    };
+    const auto ok_prompt = random_prompt(10, 1);
+    expect_error(greedy({}, 5), "empty");
+    expect_error(greedy({1, -1}, 5), "[0, " + std::to_string(n_vocab_) + ")");
+    expect_error(greedy({1, n_vocab_}, 5), std::to_string(n_vocab_));
+    expect_error(greedy(ok_prompt, 0), "max_tokens");
+    expect_error(greedy(ok_prompt, 91), "prompt (10 tokens) + max_tokens (91)");
+    expect_error(greedy(random_prompt(101, 2), 1), "100");
+    GenRequest r = greedy(ok_prompt, 5);
+    r.sampling.temperature = std::nanf("");
+    expect_error(r, "temperature");
+    r = greedy(ok_prompt, 5);
+    r.sampling.top_p = 1.5f;
+    expect_error(r, "top_p");
+    r = greedy(ok_prompt, 5);
+    r.n_logprobs = 21;
+    expect_error(r, "logprobs");
+    r.n_logprobs = -2;
+    expect_error(r, "logprobs");
+    r = greedy(ok_prompt, 5);
+    r.stop = {"ok", ""};
+    expect_error(r, "stop string 1 is empty");
+    r.stop = {"\xC3"};
+    expect_error(r, "UTF-8");
+    // A request bigger than the whole KV pool can never run.
+    EngineOptions small;
+    small.max_ctx = 1000;
+    small.kv_page_bytes = 4096;
+    small.kv_memory_bytes = 3 * 40 * 4096;
+    auto e2 = make_engine(small);
+    ASSERT_TRUE(e2);
+    auto id = e2->submit(greedy(random_prompt(300, 3), 200), cb);
+    ASSERT_FALSE(id.ok());
+    EXPECT_NE(id.status().message().find("KV pool"), std::string::npos) << id.status().message();
+    // The engine still serves good requests.
+    EXPECT_EQ(run_all(*e, {greedy(ok_prompt, 3)}).at(0).back().n_gen_tokens, 3);
+}
+
+TEST_F(EngineTest, QueueLimitAndCancellingWaitingRequests) {
+    EngineOptions o;
+    o.max_seqs = 1;
+    o.max_waiting = 3;
+    o.max_ctx = 1024;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    Collector c;
+    std::vector<uint64_t> ids;
+    Status full;
+    // One runs, three wait; the fifth submit cannot find room, whatever the
+    // engine thread has done meanwhile (each runs 900 tokens).
+    for (int i = 0; i < 5 && full.ok(); ++i) {
+        auto id = e->submit(greedy(random_prompt(20, 10 + static_cast<uint32_t>(i)), 900), c.callback());
+        if (id.ok()) {
+            ids.push_back(*id);
+        } else {
+            full = id.status();
+        }
+    }
+    ASSERT_FALSE(full.ok()) << "submitted 5 requests past a queue of 3";
+    EXPECT_TRUE(Engine::is_queue_full_error(full)) << full.message();
+    EXPECT_FALSE(Engine::is_queue_full_error(Status()));
+    // Cancel every one; waiting ones never ran.
+    for (uint64_t id : ids) e->cancel(id);
+    ASSERT_TRUE(c.wait(static_cast<int>(ids.size())));
+    for (uint64_t id : ids) {
+        const auto evs = c.events(id);
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs));
+        EXPECT_EQ(evs.back().finish_reason, FinishReason::cancelled);
+    }
+    e->shutdown(true);
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
+    auto late = e->submit(greedy(random_prompt(5, 1), 2), c.callback());
+    EXPECT_FALSE(late.ok());
+}
+
+// shutdown(false) cancels what is running and waiting; each gets a final event.
+TEST_F(EngineTest, ShutdownWithoutDrainCancelsEverything) {
+    EngineOptions o;
+    o.max_seqs = 2;
+    o.max_ctx = 1024;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    Collector c;
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 5; ++i) {
+        auto id = e->submit(greedy(random_prompt(30, 40 + static_cast<uint32_t>(i)), 900), c.callback());
+        ASSERT_TRUE(id.ok());
+        ids.push_back(*id);
+    }
+    e->shutdown(false);
+    ASSERT_TRUE(c.wait(5));
+    for (uint64_t id : ids) {
+        const auto evs = c.events(id);
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs));
+        EXPECT_EQ(evs.back().finish_reason, FinishReason::cancelled);
+    }
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
 }
 
 }  // namespace
