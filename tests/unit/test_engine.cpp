@@ -161,6 +161,8 @@ protected:
         return out;
     }
 
+    void check_preemption(int64_t batch_tokens);
+
     ThreadPool pool_{1};
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<Model> model_;
@@ -225,12 +227,21 @@ TEST_F(EngineTest, GreedyOutputIndependentOfBatchComposition) {
 // lane: the scheduler must preempt, and every output is still the one of the
 // request run alone.
 TEST_F(EngineTest, PreemptionKeepsGreedyOutputs) {
+    // 64 tokens per step, and 7 so that preemption also hits sequences in the
+    // middle of a chunked prefill.
+    for (int64_t batch_tokens : {64, 7}) {
+        SCOPED_TRACE("max_batch_tokens " + std::to_string(batch_tokens));
+        ASSERT_NO_FATAL_FAILURE(check_preemption(batch_tokens));
+    }
+}
+
+void EngineTest::check_preemption(int64_t batch_tokens) {
     const KvShape shape = model_->kv_shape(1);
     const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
     const int64_t rows_per_page = 4096 / (shape.head_dim * 4);
     EngineOptions o;
     o.max_seqs = 8;
-    o.max_batch_tokens = 64;
+    o.max_batch_tokens = batch_tokens;
     o.max_ctx = 2 * rows_per_page;
     o.kv_page_bytes = 4096;
     o.kv_memory_bytes = 5 * lanes * 4096;
