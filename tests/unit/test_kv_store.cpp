@@ -193,6 +193,33 @@ TEST(KvLanes, DeferredReclamationReusesTheSlotsPages) {
     EXPECT_EQ(kv.n_tokens(0), 0);
 }
 
+// Within one step the engine reserves for several sequences before the
+// forward pass writes any row. A later reserve() that runs the pool dry must
+// not reclaim pages reserved earlier in the step, even for a slot whose rows
+// are all still unwritten (n_tokens == 0 looks idle): it fails instead, and
+// the first slot's rows stay writable.
+TEST(KvLanes, ReclaimNeverTakesReservedButUnwrittenPages) {
+    const int64_t d = 8, pb = 4096, rows_per_page = pb / (d * 4);
+    // 2 layers x 2 heads x K/V = 8 lanes per slot; 16 pages = 2 pages per lane for one slot.
+    auto kr = VAttentionKv::create(small_opts(2, d, 512, 16, pb));
+    ASSERT_TRUE(kr.ok()) << kr.status().message();
+    VAttentionKv &kv = **kr;
+    ASSERT_TRUE(kv.reserve(0, 2 * rows_per_page).ok());
+    Status st = kv.reserve(1, rows_per_page);
+    EXPECT_FALSE(st.ok()) << "slot 1 took pages reserved for slot 0";
+    for (int64_t l = 0; l < 2; ++l)
+        for (int64_t h = 0; h < 2; ++h) {
+            fill_rows(kv.k_lane(0, l, h), 0, 2 * rows_per_page, d, 1.0f);
+            fill_rows(kv.v_lane(0, l, h), 0, 2 * rows_per_page, d, 2.0f);
+        }
+    kv.set_n_tokens(0, 2 * rows_per_page);
+    EXPECT_EQ(kv.k_lane(0, 1, 1)[(2 * rows_per_page - 1) * d + 3], 1.0f + static_cast<float>(2 * rows_per_page - 1) + 0.003f);
+    // Once slot 0 is cleared its cached pages are fair game again.
+    kv.clear(0);
+    EXPECT_TRUE(kv.reserve(1, rows_per_page).ok());
+    EXPECT_TRUE(kv.check_accounting().ok());
+}
+
 TEST(KvLanes, MapAheadKeepsMmapOutOfReserve) {
     const int64_t d = 16;  // 64 rows per 4 KiB page
     auto kr = VAttentionKv::create(small_opts(1, d, 4096, 512));

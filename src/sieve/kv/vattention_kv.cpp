@@ -70,6 +70,7 @@ Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOpt
     kv->scratch_ = kv->base_ + total;
     kv->lanes_.resize(static_cast<size_t>(n_lanes));
     kv->n_tokens_.assign(static_cast<size_t>(s.n_seq), 0);
+    kv->reserved_to_.assign(static_cast<size_t>(s.n_seq), 0);
     return kv;
 }
 
@@ -118,16 +119,22 @@ int64_t VAttentionKv::reclaim(int64_t want, int except_seq) {
     const int64_t n0 = stats_.n_pages_unmapped;
     for (int pass = 0; pass < 2 && pool_->n_free() < want; ++pass) {
         for (int seq = 0; seq < shape_.n_seq && pool_->n_free() < want; ++seq) {
-            if (seq == except_seq || (pass == 0 && n_tokens_[static_cast<size_t>(seq)] != 0)) continue;
+            const bool idle = n_tokens_[static_cast<size_t>(seq)] == 0 && reserved_to_[static_cast<size_t>(seq)] == 0;
+            if (seq == except_seq || (pass == 0 && !idle)) continue;
             for (int64_t i = 0; i < lanes_per_seq && pool_->n_free() < want; ++i) {
                 const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
-                shrink_lane(l, pages_for_rows(lanes_[l].rows));
+                shrink_lane(l, pages_for_rows(protected_rows(seq, l)));
             }
         }
     }
     const int64_t n = stats_.n_pages_unmapped - n0;
     stats_.n_reclaimed_pages += n;
     return n;
+}
+
+int64_t VAttentionKv::protected_rows(int seq, size_t lane) const {
+    const size_t s = static_cast<size_t>(seq);
+    return lanes_[lane].rows + std::max<int64_t>(0, reserved_to_[s] - n_tokens_[s]);
 }
 
 // Maps lane pages [j0, j0 + n) (already in lane.pages) into the lane's range.
@@ -266,13 +273,28 @@ Status VAttentionKv::reserve(int seq, int64_t n_tokens) {
     }
     const int64_t delta = n_tokens - n_tokens_[static_cast<size_t>(seq)];
     if (delta <= 0) return Status();
+    int64_t &reserved_to = reserved_to_[static_cast<size_t>(seq)];
+    const int64_t reserved_before = reserved_to;
+    reserved_to = std::max(reserved_to, n_tokens);
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    // Headroom only when the free pages cover every lane's need plus its
+    // headroom: otherwise early lanes' headroom would starve later lanes' need.
+    int64_t total_need = 0;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
+        total_need += std::max<int64_t>(0, pages_for_rows(ln.rows + delta) - static_cast<int64_t>(ln.pages.size()));
+    }
+    const int64_t headroom = pool_->n_free() >= total_need + lanes_per_seq * headroom_ ? headroom_ : 0;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
         const int64_t rows = lanes_[l].rows;
         const int64_t need = pages_for_rows(rows + delta);
-        SIEVE_TRY(grow_lane(l, need, need + headroom_, seq, true));
-        SIEVE_TRY(unshare_rows(l, rows, rows + delta, seq));
+        Status st = grow_lane(l, need, need + headroom, seq, true);
+        if (st.ok()) st = unshare_rows(l, rows, rows + delta, seq);
+        if (!st.ok()) {
+            reserved_to = reserved_before;  // a failed reserve gives no rows: nothing to protect
+            return st;
+        }
     }
     return Status();
 }
@@ -316,6 +338,7 @@ void VAttentionKv::set_n_tokens(int seq, int64_t n) {
 void VAttentionKv::clear(int seq) {
     check_slot(seq);
     n_tokens_[static_cast<size_t>(seq)] = 0;
+    reserved_to_[static_cast<size_t>(seq)] = 0;
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);

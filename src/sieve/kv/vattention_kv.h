@@ -143,6 +143,8 @@ private:
 
     Result<int32_t> alloc_page(int except_seq);
     int64_t reclaim(int64_t want, int except_seq);
+    // Rows of a lane of slot seq that reclaim() must keep mapped.
+    int64_t protected_rows(int seq, size_t lane) const;
     Status map_range(size_t lane, int64_t j0, int64_t n, bool in_reserve);
     Status grow_lane(size_t lane, int64_t need, int64_t target, int except_seq, bool in_reserve);
     void shrink_lane(size_t lane, int64_t keep_pages);
@@ -161,6 +163,11 @@ private:
     char *scratch_ = nullptr;     // one page of address space for copy on write
     std::vector<Lane> lanes_;
     std::vector<int64_t> n_tokens_;  // per slot
+    // Per slot: the n_tokens of the last reserve() whose rows may not be
+    // written yet. reclaim() never takes pages below it, so pages reserved for
+    // one sequence in a step can't be taken by another sequence's reserve()
+    // in the same step, before the forward pass writes them.
+    std::vector<int64_t> reserved_to_;
     int64_t n_mapped_ = 0;
     KvMapStats stats_;
 };
