@@ -82,3 +82,15 @@ sieve_run_test(prompt_too_long 1 "" "prompt needs [0-9]+ tokens but only 8 of th
   -- -m ${SIEVE_STORIES} -c 8 -p "Once upon a time there was a very long prompt that does not fit")
 sieve_run_test(cnv_without_template 1 "" "no tokenizer.chat_template.*--chat-template"
   -- -m ${SIEVE_STORIES} -cnv -p hi)
+
+# --- the KV page pool (--kv-memory) ---------------------------------------------
+# stories260K: 5 layers x 4 KV heads x K/V = 40 lanes; a 4 KiB-page pool of 16
+# pages cannot hold one page per lane, so the prompt's reserve fails cleanly.
+sieve_run_test(kv_memory_too_small 1 "" "KV pool exhausted.*raise --kv-memory"
+  -- -m ${SIEVE_STORIES} --kv-memory 64KiB --kv-page-size 4KiB -p "Once upon a time" -n 4 --temp 0)
+sieve_run_test(kv_memory_enough 0 "Once upon a time" "generation: 8 tokens"
+  -- -m ${SIEVE_STORIES} --kv-memory 1MiB --kv-page-size 4KiB -p "Once upon a time" -n 8 --temp 0)
+sieve_run_test(kv_memory_bad_unit 2 "" "--kv-memory: byte size '12XB'"
+  -- -m ${SIEVE_STORIES} --kv-memory 12XB)
+sieve_run_test(kv_page_size_bad 1 "" "page size"
+  -- -m ${SIEVE_STORIES} --kv-page-size 3KiB -p hi -n 1)

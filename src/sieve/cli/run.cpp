@@ -33,7 +33,7 @@
 #include "sieve/core/timer.h"
 #include "sieve/engine/sampler.h"
 #include "sieve/gguf/gguf.h"
-#include "sieve/kv/contiguous_kv.h"
+#include "sieve/kv/vattention_kv.h"
 #include "sieve/model/model.h"
 #include "sieve/tokenizer/chat_template.h"
 #include "sieve/tokenizer/tokenizer.h"
@@ -287,7 +287,18 @@ int cmd_run(int argc, char **argv) {
     if (n_ctx > cfg.n_ctx_train)
         SIEVE_LOG_WARN("-c %lld exceeds the model's training context (%lld): quality may drop past it",
                        static_cast<long long>(n_ctx), static_cast<long long>(cfg.n_ctx_train));
-    Result<std::unique_ptr<ContiguousKv>> kv = ContiguousKv::create((*model)->kv_shape(1), n_ctx);
+    // The KV lives in vAttention lanes over a page pool (docs/kv-memory.md);
+    // by default the pool holds the whole context of every lane plus a page of
+    // headroom each, so only --kv-memory can make it run short.
+    VAttentionKvOptions kvo;
+    kvo.shape = (*model)->kv_shape(1);
+    kvo.max_ctx = n_ctx;
+    kvo.pool.page_bytes = o.kv_page;
+    const int64_t n_lanes = kvo.shape.n_layer * kvo.shape.n_head_kv * 2;
+    const int64_t lane_bytes = n_ctx * kvo.shape.head_dim * static_cast<int64_t>(sizeof(float));
+    kvo.pool.budget_bytes = o.kv_memory > 0 ? o.kv_memory
+                                            : n_lanes * ((lane_bytes + o.kv_page - 1) / o.kv_page + 1) * o.kv_page;
+    Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(kvo);
     if (!kv.ok()) return fail(kv.status().with_context("KV cache for -c " + std::to_string(n_ctx)));
     const int64_t n_batch = std::min(o.n_batch, n_ctx);
     std::unique_ptr<Workspace> ws = (*model)->make_workspace(n_batch, 1);
@@ -307,7 +318,7 @@ int cmd_run(int argc, char **argv) {
                    model_arch_name(cfg.arch), static_cast<long long>(cfg.n_layer), static_cast<long long>(cfg.n_embd),
                    static_cast<long long>(cfg.n_vocab), static_cast<double>((*model)->weight_bytes()) / k_mib);
     SIEVE_LOG_INFO("context: %lld tokens (KV %.1f MiB), batch %lld, %d threads", static_cast<long long>(n_ctx),
-                   static_cast<double>((*kv)->n_bytes()) / k_mib, static_cast<long long>(n_batch), n_threads);
+                   static_cast<double>((*kv)->pool().n_pages() * (*kv)->page_bytes()) / k_mib, static_cast<long long>(n_batch), n_threads);
     SIEVE_LOG_INFO("sampler: temp %.2f, top-k %d, top-p %.2f, min-p %.2f, repeat %.2f over %d, presence %.2f, "
                    "frequency %.2f, seed %llu",
                    static_cast<double>(sp.temperature), sp.top_k, static_cast<double>(sp.top_p),

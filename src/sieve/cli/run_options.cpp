@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "sieve/cli/args.h"
+#include "sieve/kv/page_pool.h"
 #include "sieve/tokenizer/chat_template.h"
 
 namespace sieve::cli {
@@ -34,6 +35,8 @@ void run_options_usage(FILE *out) {
                  "  -c, --ctx-size N          context size (default: 0 = min(training context, 4096))\n"
                  "  -b, --batch-size N        prompt tokens per forward pass (default: 512)\n"
                  "  -t, --threads N           threads (default: every core)\n"
+                 "  --kv-memory SIZE          KV page pool, e.g. 512MiB, 4GiB (default: enough for -c)\n"
+                 "  --kv-page-size SIZE       KV page size, 4KiB .. 2MiB, power of two (default: 64KiB)\n"
                  "\n"
                  "sampling (applied in this order; see src/sieve/engine/sampler.h):\n"
                  "  --repeat-penalty F        divide/multiply logits of recent tokens (default: 1.0 = off)\n"
@@ -109,6 +112,10 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
             SIEVE_TRY(set_int(args, f, 0, 1 << 24, &o->n_ctx));
         } else if (is(f, "-b", "--batch-size")) {
             SIEVE_TRY(set_int(args, f, 1, 1 << 16, &o->n_batch));
+        } else if (is(f, "--kv-memory") || is(f, "--kv-page-size")) {
+            std::string text;
+            SIEVE_TRY(set_string(args, "a byte size such as 512MiB or 4GiB", &text));
+            SIEVE_TRY(parse_bytes(text, is(f, "--kv-memory") ? &o->kv_memory : &o->kv_page).with_context(f));
         } else if (is(f, "-t", "--threads")) {
             SIEVE_TRY(set_int(args, f, 1, 1024, &n));
             o->n_threads = static_cast<int>(n);
