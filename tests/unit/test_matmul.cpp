@@ -20,12 +20,9 @@ const GgmlType k_all_types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, 
                                 GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
-// The 32-element block types run with activations quantized to int8 per block
-// of 32 (scale e = amax / 127), so each x[c] is off by at most e/2.
-bool quantizes_activations(GgmlType t) {
-    return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
-           t == GgmlType::Q8_0;
-}
+// The 32-element block types, Q4_K and Q5_K run with activations quantized to
+// int8 per block of 32 (scale e = amax / 127), so each x[c] is off by at most e/2.
+bool quantizes_activations(GgmlType t) { return sieve::cpu::q8::supports(t); }
 
 // Allowed |y - y_ref| for output (t, r):
 //   f32 accumulation of n products: rounding well under 1e-5 * sum |w x| for

@@ -55,7 +55,48 @@ T *grow(AlignedBuffer<T> &b, size_t n) {
     return b.data();
 }
 
-// Weight row -> f32; SIMD conversion for F16/BF16, the reference decoder for the rest.
+// Q6_K row -> f32 (layout in quant/blocks.h). Per half of 128 elements the
+// 6-bit quants of sub-group s (32 elements) are nibble s / 2 of ql[32 (s % 2) ..]
+// plus bits 2s..2s+1 of qh as bits 4..5; byte-parallel with AVX2, then one
+// multiply per element by d * scale, the same f32 product the reference forms.
+void decode_q6_k_f32(const uint8_t *src, float *dst, int64_t n) {
+    for (int64_t sb = 0; sb < n / 256; ++sb) {
+        const uint8_t *blk = src + sb * 210;
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
+        uint16_t dh;
+        std::memcpy(&dh, blk + 208, 2);
+        const float d = fp16_to_fp32(dh);
+        alignas(32) int8_t q[256];
+        for (int h = 0; h < 2; ++h) {
+            for (int sg = 0; sg < 4; ++sg) {
+                int8_t *qo = q + 128 * h + 32 * sg;
+                const uint8_t *l = ql + 64 * h + 32 * (sg % 2);
+#if defined(__AVX2__)
+                const __m256i lo = _mm256_and_si256(
+                    _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(l)), 4 * (sg / 2)),
+                    _mm256_set1_epi8(0x0f));
+                const __m256i hi = _mm256_and_si256(
+                    _mm256_slli_epi16(
+                        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh + 32 * h)), 2 * sg), 4),
+                    _mm256_set1_epi8(0x30));
+                _mm256_store_si256(reinterpret_cast<__m256i *>(qo),
+                                   _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32)));
+#else
+                for (int i = 0; i < 32; ++i)
+                    qo[i] = static_cast<int8_t>((((l[i] >> (4 * (sg / 2))) & 0xF) | (((qh[32 * h + i] >> (2 * sg)) & 3) << 4)) - 32);
+#endif
+            }
+        }
+        float *y = dst + sb * 256;
+        for (int g = 0; g < 16; ++g) {
+            const float dl = d * static_cast<float>(sc[g]);
+            for (int i = 16 * g; i < 16 * g + 16; ++i) y[i] = dl * static_cast<float>(q[i]);
+        }
+    }
+}
+
+// Weight row -> f32; SIMD conversion for F16/BF16/Q6_K, the reference decoder for the rest.
 void decode_row_f32(GgmlType type, const void *src, float *dst, int64_t n) {
     const uint16_t *h = static_cast<const uint16_t *>(src);
     int64_t i = 0;
@@ -78,6 +119,8 @@ void decode_row_f32(GgmlType type, const void *src, float *dst, int64_t n) {
         }
 #endif
         for (; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+    } else if (type == GgmlType::Q6_K) {
+        decode_q6_k_f32(static_cast<const uint8_t *>(src), dst, n);
     } else {
         dequantize_row(type, src, dst, n);
     }
@@ -88,6 +131,20 @@ struct Tiling {
 };
 Tiling tiling(const WeightView &w, int64_t n_tokens) {
     return {(w.n_rows + k_row_tile - 1) / k_row_tile, (n_tokens + k_tok_tile - 1) / k_tok_tile};
+}
+
+// Software prefetch distance for the weight streams, in rows: the dot of one
+// row is short (a few hundred bytes), so the hardware prefetcher alone leaves
+// the gather of the next row's scales waiting on DRAM.
+constexpr int64_t k_prefetch_rows = 4;
+
+inline void prefetch_row(const uint8_t *p, int64_t n_bytes) {
+#if defined(__SSE__)
+    for (int64_t o = 0; o < n_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
+#else
+    (void)p;
+    (void)n_bytes;
+#endif
 }
 
 void matmul_f32(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
@@ -104,6 +161,7 @@ void matmul_f32(const WeightView &w, const float *x, int64_t n_tokens, float *y,
             float *tile = reinterpret_cast<float *>(
                 grow(scratch().tile, static_cast<size_t>(k_row_tile * n) * sizeof(float)));
             for (int64_t r = r0; r < r1; ++r) {
+                if (r + k_prefetch_rows < w.n_rows) prefetch_row(base + (r + k_prefetch_rows) * w.row_bytes, w.row_bytes);
                 decode_row_f32(w.type, base + r * w.row_bytes, tile + (r - r0) * n, n);
                 rows[r - r0] = tile + (r - r0) * n;
             }
@@ -119,20 +177,6 @@ void matmul_f32(const WeightView &w, const float *x, int64_t n_tokens, float *y,
 // weight streams the prefetcher follows), each at least k_min_task_rows rows.
 constexpr int64_t k_tasks_per_thread = 4;
 constexpr int64_t k_min_task_rows = 32;
-// Software prefetch distance for the raw decode path, in rows: the dot of one
-// row is short (a few hundred bytes), so the hardware prefetcher alone leaves
-// the gather of the next row's scales waiting on DRAM.
-constexpr int64_t k_prefetch_rows = 4;
-
-inline void prefetch_row(const uint8_t *p, int64_t n_bytes) {
-#if defined(__SSE__)
-    for (int64_t o = 0; o < n_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
-#else
-    (void)p;
-    (void)n_bytes;
-#endif
-}
-
 // Several weight matrices of one type and width against the same activations
 // (Q, K and V; gate and up): one quantization of the activations and one pool
 // dispatch for all of them. Rows of the matrices are numbered one after the
@@ -181,8 +225,11 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
         for (int64_t rb = r0; rb < r1; rb += k_row_tile) {
             const int64_t rb1 = std::min(rb + k_row_tile, r1);
             if (!raw)
-                for (int64_t r = rb; r < rb1; ++r)
+                for (int64_t r = rb; r < rb1; ++r) {
+                    if (r + k_prefetch_rows < w.n_rows)
+                        prefetch_row(base + (r + k_prefetch_rows) * w.row_bytes, w.row_bytes);
                     q8::unpack_weight(w.type, base + r * w.row_bytes, s, tile + (r - rb) * s.stride_bytes);
+                }
             // Four tokens per weight-row pass: each weight vector load feeds four dots.
             for (int64_t t = t0; t < t1; t += 4) {
                 const int n_act = static_cast<int>(std::min<int64_t>(4, t1 - t));
@@ -191,7 +238,7 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
                 for (int64_t r = rb; r < rb1; ++r) {
                     float out[4];
                     if (raw) {
-                        if (r + k_prefetch_rows < r1)
+                        if (r + k_prefetch_rows < w.n_rows)
                             prefetch_row(base + (r + k_prefetch_rows) * w.row_bytes, w.row_bytes);
                         q8::dot_raw(w.type, base + r * w.row_bytes, acts, n_act, s, out);
                     } else {

@@ -7,6 +7,7 @@
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
+#include "sieve/quant/blocks.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SIEVE_Q8_VNNI 1
@@ -45,16 +46,34 @@ inline ConstRowParts parts(const uint8_t *row, const RowShape &s) {
 
 // The low nibbles of 16 bytes are elements 0..15 of a block, the high nibbles 16..31.
 inline void split_nibbles(const uint8_t *qs, uint8_t *u) {
+#if defined(__AVX2__)
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs));
+    const __m128i m = _mm_set1_epi8(0x0f);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(u), _mm_and_si128(q, m));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(u + 16), _mm_and_si128(_mm_srli_epi16(q, 4), m));
+#else
     for (int j = 0; j < 16; ++j) {
         u[j] = qs[j] & 0x0f;
         u[j + 16] = qs[j] >> 4;
     }
+#endif
 }
 // Q5: bit j of the little-endian qh word is the fifth bit of element j.
 inline void add_fifth_bits(const uint8_t *qh_bytes, uint8_t *u) {
     uint32_t qh;
     std::memcpy(&qh, qh_bytes, 4);
+#if defined(__AVX2__)
+    // Byte j gets byte j / 8 of qh, then tests bit j % 8.
+    const __m256i rep = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bits = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bits), bits);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(u));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(u), _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10))));
+#else
     for (int j = 0; j < 32; ++j) u[j] |= static_cast<uint8_t>(((qh >> j) & 1u) << 4);
+#endif
 }
 
 }  // namespace
@@ -65,7 +84,9 @@ bool supports(GgmlType t) {
         case GgmlType::Q4_1:
         case GgmlType::Q5_0:
         case GgmlType::Q5_1:
-        case GgmlType::Q8_0: return true;
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K: return true;
         default: return false;
     }
 }
@@ -80,7 +101,27 @@ RowShape row_shape(int64_t n_cols) {
 
 void quantize_act(const float *x, const RowShape &s, uint8_t *dst) {
     RowParts p = parts(dst, s);
-    for (int64_t b = 0; b < s.n_blocks; ++b) {
+    int64_t b = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    // Same arithmetic as the scalar loop below (max is exact; roundscale with
+    // imm 0 is round-to-nearest-even like nearbyint in the default mode; the
+    // int sum is exact), so both give identical bytes.
+    for (; b < s.n_blocks; ++b) {
+        const float *xb = x + b * k_block;
+        const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float e = amax / 127.0f;
+        const float inv = e > 0.0f ? 1.0f / e : 0.0f;
+        const __m512 vinv = _mm512_set1_ps(inv);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, vinv), 0));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, vinv), 0));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(p.bytes + b * k_block), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(p.bytes + b * k_block + 16), _mm512_cvtepi32_epi8(q1));
+        p.scale[b] = e;
+        p.aux[b] = e * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+    }
+#endif
+    for (; b < s.n_blocks; ++b) {
         const float *xb = x + b * k_block;
         float amax = 0.0f;
         for (int j = 0; j < k_block; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
@@ -96,7 +137,7 @@ void quantize_act(const float *x, const RowShape &s, uint8_t *dst) {
         p.scale[b] = e;
         p.aux[b] = e * static_cast<float>(sum);
     }
-    for (int64_t b = s.n_blocks; b < s.n_pad; ++b) {
+    for (b = s.n_blocks; b < s.n_pad; ++b) {
         std::memset(p.bytes + b * k_block, 0, k_block);
         p.scale[b] = 0.0f;
         p.aux[b] = 0.0f;
@@ -107,10 +148,63 @@ namespace {
 bool unpack_weight_simd(GgmlType type, const void *src, const RowShape &s, uint8_t *dst);
 }  // namespace
 
+namespace {
+// Q4_K / Q5_K (quant/blocks.h): sub-block j of 32 is w = (d sc_j) q - dmin mn_j
+// with q in 0..15 (0..31), exactly a q8 weight block with d_b = d sc_j and
+// c_b = -dmin mn_j. Both products are exact in f32 (11-bit by 6-bit
+// mantissas), so the unpacked row represents the weights without error.
+void unpack_k_quant(GgmlType type, const uint8_t *in, const RowParts &p, int64_t n_blocks) {
+    const bool q5 = type == GgmlType::Q5_K;
+    const int64_t sb_bytes = q5 ? 176 : 144;
+    for (int64_t sb = 0; sb < n_blocks / 8; ++sb) {
+        const uint8_t *blk = in + sb * sb_bytes;
+        const float d = load_f16(blk), dmin = load_f16(blk + 2);
+        const uint8_t *scales = blk + 4;
+        const uint8_t *qh = blk + 16;
+        const uint8_t *qs = blk + (q5 ? 48 : 16);
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc, mn;
+            k_quant_scale_min(j, scales, &sc, &mn);
+            const int64_t b = sb * 8 + j;
+            p.scale[b] = d * static_cast<float>(sc);
+            p.aux[b] = -(dmin * static_cast<float>(mn));
+            // element 32 j + l: nibble (j % 2) of qs[32 (j / 2) + l]; Q5_K: bit j of qh[l]
+            uint8_t *u = p.bytes + b * k_block;
+            const uint8_t *q = qs + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+#if defined(__AVX2__)
+            const __m256i nib = _mm256_set1_epi8(0x0f);
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(q)), shift), nib);
+            if (q5) {
+                const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+                const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+                const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+                v = _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+            }
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(u), v);
+#else
+            for (int l = 0; l < 32; ++l) u[l] = static_cast<uint8_t>((q[l] >> shift) & 0x0f);
+            if (q5)
+                for (int l = 0; l < 32; ++l) u[l] |= static_cast<uint8_t>(((qh[l] >> j) & 1) << 4);
+#endif
+        }
+    }
+}
+}  // namespace
+
 void unpack_weight(GgmlType type, const void *src, const RowShape &s, uint8_t *dst) {
     if (unpack_weight_simd(type, src, s, dst)) return;
     RowParts p = parts(dst, s);
     const uint8_t *in = static_cast<const uint8_t *>(src);
+    if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) {
+        unpack_k_quant(type, in, p, s.n_blocks);
+        for (int64_t b = s.n_blocks; b < s.n_pad; ++b) {
+            std::memset(p.bytes + b * k_block, 0, k_block);
+            p.scale[b] = 0.0f;
+            p.aux[b] = 0.0f;
+        }
+        return;
+    }
     for (int64_t b = 0; b < s.n_blocks; ++b) {
         uint8_t *u = p.bytes + b * k_block;
         float d = 0.0f, c = 0.0f;
