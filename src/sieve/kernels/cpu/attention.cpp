@@ -33,6 +33,9 @@ namespace {
 constexpr int64_t k_q_tile = 32;
 constexpr int64_t k_kv_tile = 64;
 constexpr int64_t k_min_decode_chunk = 64;
+// Decode walks its chunk in blocks of this many keys: the group's scores of a
+// block stay in L1 between the K pass and the V pass.
+constexpr int64_t k_decode_blk = 64;
 
 // thread_local for the same reason as in matmul.cpp: persistent pool threads
 // keep their buffers, which only grow, so steady-state calls do not allocate.
@@ -109,8 +112,10 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
                  static_cast<long long>(a.n_q));
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
     const int64_t n_vis = a.q_pos0 + 1;
-    // Enough chunks for ~4 tasks per thread, none shorter than k_min_decode_chunk keys.
-    const int64_t want = std::max<int64_t>(1, (4 * pool.n_threads() + a.n_head_kv - 1) / a.n_head_kv);
+    // Enough chunks for ~8 tasks per thread (a 2-thread split of 3 KV heads x 3
+    // chunks leaves one thread 5 tasks to the other's 4), none shorter than
+    // k_min_decode_chunk keys.
+    const int64_t want = std::max<int64_t>(1, (8 * pool.n_threads() + a.n_head_kv - 1) / a.n_head_kv);
     int64_t n_chunks = std::clamp<int64_t>((n_vis + k_min_decode_chunk - 1) / k_min_decode_chunk, 1, want);
     const int64_t chunk = (n_vis + n_chunks - 1) / n_chunks;
     n_chunks = (n_vis + chunk - 1) / chunk;
@@ -121,25 +126,40 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
         const float *k = a.k[kvh], *v = a.v[kvh];
-        float *s = grow(attn_scratch().rows, chunk);
-        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-            const float *q = a.q + h * d;
-            float mx = -INFINITY;
-            for (int64_t j = j0; j < j1; ++j) {
-                s[j - j0] = a.scale * simd::dot(q, k + j * d, d);
-                mx = std::max(mx, s[j - j0]);
+        const int64_t h0 = kvh * group;
+        // Scores of a block of keys for every head of the group: s[g][j].
+        float *s = grow(attn_scratch().rows, group * k_decode_blk);
+        float *mx = partial + (h0 * n_chunks + c) * part_len;  // part of head h0 + g: mx + g * n_chunks * part_len
+        const int64_t hstride = n_chunks * part_len;
+        for (int64_t g = 0; g < group; ++g) {
+            mx[g * hstride] = -INFINITY;
+            mx[g * hstride + 1] = 0.0f;
+            std::fill(mx + g * hstride + 2, mx + g * hstride + 2 + d, 0.0f);
+        }
+        for (int64_t jb = j0; jb < j1; jb += k_decode_blk) {
+            const int64_t nb = std::min(k_decode_blk, j1 - jb);
+            // 1. Each K row is read from memory once and dotted with every query head of the group.
+            for (int64_t j = 0; j < nb; ++j) {
+                const float *kr = k + (jb + j) * d;
+                for (int64_t g = 0; g < group; ++g) s[g * k_decode_blk + j] = a.scale * simd::dot(a.q + (h0 + g) * d, kr, d);
             }
-            float *part = partial + (h * n_chunks + c) * part_len;
-            float *acc = part + 2;
-            std::fill(acc, acc + d, 0.0f);
-            float l = 0.0f;
-            for (int64_t j = j0; j < j1; ++j) {
-                const float p = std::exp(s[j - j0] - mx);
-                simd::scale_axpy(acc, 1.0f, p, v + j * d, d);
-                l += p;
+            // 2. Online softmax per head over the block.
+            for (int64_t g = 0; g < group; ++g) {
+                float *part = mx + g * hstride, *sg = s + g * k_decode_blk;
+                float bmax = -INFINITY;
+                for (int64_t j = 0; j < nb; ++j) bmax = std::max(bmax, sg[j]);
+                const float m_new = std::max(part[0], bmax);
+                const float alpha = std::exp(part[0] - m_new);  // 0 on the first block (m = -inf)
+                const float sum = simd::exp_sub_sum(sg, m_new, nb);
+                if (alpha != 1.0f) simd::scale(part + 2, alpha, d);
+                part[0] = m_new;
+                part[1] = part[1] * alpha + sum;
             }
-            part[0] = mx;
-            part[1] = l;
+            // 3. Each V row read once, accumulated into every head of the group.
+            for (int64_t j = 0; j < nb; ++j) {
+                const float *vr = v + (jb + j) * d;
+                for (int64_t g = 0; g < group; ++g) simd::scale_axpy(mx + g * hstride + 2, 1.0f, s[g * k_decode_blk + j], vr, d);
+            }
         }
     });
     for (int64_t h = 0; h < a.n_head; ++h) {

@@ -3,6 +3,7 @@
 // and a scalar fallback so a non-native build still compiles and runs.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "sieve/kernels/cpu/intrin.h"
@@ -74,6 +75,51 @@ inline void scale_axpy(float *y, float beta, float alpha, const float *x, int64_
 // y[i] *= s
 inline void scale(float *y, float s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+#if defined(__AVX512F__)
+// e^x for x <= 0 (softmax arguments after subtracting the max): x = n ln2 + r
+// with |r| <= ln2/2 (ln2 split in two for an exact reduction), a degree-6
+// Taylor polynomial for e^r (truncation < 2e-8 relative), then scalef by 2^n.
+// Max relative error ~3e-7 (a few f32 ulps); arguments below -104 give 0
+// like expf.
+inline __m512 exp_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), 0);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+
+// x[i] = exp(x[i] - sub) for x[i] <= sub; returns the sum of the results.
+inline float exp_sub_sum(float *x, float sub, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 vs = _mm512_set1_ps(sub);
+    __m512 acc = _mm512_setzero_ps();
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        const __m512 e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(m, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    float sum = 0.0f;
+    for (; i < n; ++i) {
+        x[i] = std::exp(x[i] - sub);
+        sum += x[i];
+    }
+    return sum;
+#endif
 }
 
 }  // namespace sieve::cpu::simd
