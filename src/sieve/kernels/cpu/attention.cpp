@@ -84,17 +84,11 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
                 const float m_new = std::max(m[r], mx);
                 const float alpha = std::exp(m[r] - m_new);  // 0 on the first tile (m = -inf)
                 float *acc_r = acc + r * d;
-                float li = l[r] * alpha;
-                float p = std::exp(s[0] - m_new);
-                simd::scale_axpy(acc_r, alpha, p, v + k0 * d, d);
-                li += p;
-                for (int64_t j = k0 + 1; j < kk1; ++j) {
-                    p = std::exp(s[j - k0] - m_new);
-                    simd::scale_axpy(acc_r, 1.0f, p, v + j * d, d);
-                    li += p;
-                }
+                const float sum = simd::exp_sub_sum(s, m_new, kk1 - k0);
+                simd::scale_axpy(acc_r, alpha, s[0], v + k0 * d, d);
+                for (int64_t j = k0 + 1; j < kk1; ++j) simd::scale_axpy(acc_r, 1.0f, s[j - k0], v + j * d, d);
                 m[r] = m_new;
-                l[r] = li;
+                l[r] = l[r] * alpha + sum;
             }
         }
         for (int64_t r = 0; r < nt; ++r) {
