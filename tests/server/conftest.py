@@ -117,17 +117,17 @@ def _spawn(args):
 @pytest.fixture(scope="session")
 def server():
     """stories260K: 8 slots of 256 tokens, small limits so bad inputs are cheap."""
-    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "256", "-t", "2", "--max-body", "1MiB",
+    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "256", "-t", "1", "--max-body", "1MiB",
                        "--max-queue", "64"])
 
 
 @pytest.fixture(scope="session")
 def small_kv_server():
     """stories260K with a KV pool far smaller than 8 full sequences: forces preemption."""
-    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "512", "-t", "2",
+    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "512", "-t", "1",
                        "--kv-page-size", "4KiB", "--kv-memory", "720KiB"])
 
 
 @pytest.fixture(scope="session")
 def smollm2_server():
-    yield from _spawn(["-m", default_model(), "-np", "2", "-c", "1024", "-t", "2"])
+    yield from _spawn(["-m", default_model(), "-np", "2", "-c", "1024", "-t", "1"])

@@ -233,7 +233,7 @@ int cmd_serve(int argc, char **argv) {
     (*server)->set_model(sm);
     const EngineStats es = (*engine)->stats();
     SIEVE_LOG_INFO("ready: model '%s', %d sequences x %lld tokens, %lld KV pages, chat template: %s",
-                   sm.model_id.c_str(), o.engine.max_seqs, static_cast<long long>(o.engine.max_ctx),
+                   sm.model_id.c_str(), o.engine.max_seqs, static_cast<long long>((*engine)->options().max_ctx),
                    static_cast<long long>(es.kv_pages_total),
                    sm.has_template ? chat_format_name(sm.tmpl.format) : "none");
 
