@@ -28,8 +28,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python packages for the independent reference (eval/reference) and the
-# model tests. Pinned to the versions the golden data was made with.
-py_pkgs=("numpy" "gguf==0.19.0" "pytest")
+# model tests (pinned to the versions the golden data was made with); openai and
+# requests drive the HTTP server tests (tests/server).
+py_pkgs=("numpy" "gguf==0.19.0" "pytest" "openai" "requests")
 need_py=()
 for spec in "${py_pkgs[@]}"; do
     mod="${spec%%=*}"
