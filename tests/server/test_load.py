@@ -172,3 +172,35 @@ def test_sigterm_mid_stream():
     assert lines[-1] == b"data: [DONE]"
     last = json.loads(lines[-2][6:])
     assert last["choices"][0]["finish_reason"] in ("abort", "length")
+
+
+def test_queue_full_answers_429():
+    """Past --max-queue, requests get 429 at once (never hang); the others complete."""
+    from conftest import Server, stories_model
+    srv = Server(["-m", stories_model(), "-np", "1", "-c", "2048", "-t", "1", "--max-queue", "1"])
+    try:
+        barrier = threading.Barrier(6)
+        out = {}
+
+        def run(i):
+            barrier.wait()
+            r = requests.post(srv.url + "/v1/completions", timeout=120,
+                              json={"prompt": PROMPTS[i], "max_tokens": 1500, "temperature": 0, "ignore_eos": True})
+            out[i] = r
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        codes = sorted(r.status_code for r in out.values())
+        assert codes.count(429) >= 1, codes
+        assert set(codes) <= {200, 429}, codes
+        for r in out.values():
+            if r.status_code == 429:
+                assert r.json()["error"]["type"] == "rate_limit_error"
+            else:
+                assert r.json()["usage"]["completion_tokens"] == 1500
+        assert srv.wait_idle()["sieve:kv_pages_used"] == 0
+    finally:
+        assert srv.stop() == 0

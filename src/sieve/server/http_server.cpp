@@ -81,6 +81,12 @@ struct HttpServer::Impl {
 };
 
 void HttpServer::Impl::install_guards() {
+    // The library's default also sets SO_REUSEPORT, which lets a second
+    // server bind a port already in use and silently split its traffic.
+    svr.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     svr.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
     svr.set_read_timeout(opt.read_timeout_s, 0);
     svr.set_write_timeout(opt.write_timeout_s, 0);
