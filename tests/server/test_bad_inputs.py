@@ -80,6 +80,7 @@ CASES = [
     ("overlong utf-8", "/v1/completions", b'{"prompt": "\xc0\xaf"}', 400),
     ("lone surrogate escape", "/v1/completions", b'{"prompt": "\\ud800"}', 400),
     ("unknown model", "/v1/completions", body_with(model="gpt-17"), 404),
+    ("chat without a chat template", "/v1/chat/completions", json.dumps(CHAT_OK).encode(), 400),
     ("stream_options without stream", "/v1/completions", body_with(stream_options={"include_usage": True}), 400),
     ("stream not bool", "/v1/completions", body_with(stream="yes"), 400),
     ("echo", "/v1/completions", body_with(echo=True), 400),
