@@ -1,7 +1,7 @@
 // Runs token-id prompts through sieve's forward pass and writes the logits of
 // every position, for comparison with the NumPy reference (test_reference.py).
 //
-//   dump_logits -m MODEL -f PROMPTS [-o LOGITS.f32] [--chunk N] [--gen N] [-t THREADS] [--acts DIR]
+//   dump_logits -m MODEL -f PROMPTS [-o LOGITS.f32] [--chunk N] [--gen N] [-t THREADS] [--acts DIR] [--exact]
 //
 // PROMPTS: one prompt per line, whitespace-separated token ids.
 // All prompts run together, each in its own KV slot, in steps of --chunk
@@ -14,6 +14,8 @@
 // steps, and prints one line per prompt: "gen <i>: <ids>".
 // --acts DIR writes every named intermediate of the first step as
 // DIR/<name>.<layer>.f32 ([n_rows, n_cols] f32), to diff against the reference.
+// --exact multiplies block-format weights with f32 activations instead of
+// 8-bit ones (cpu::ActPrecision::f32): the exact model up to f32 rounding.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -35,10 +37,11 @@ struct Args {
     int64_t chunk = 0;
     int64_t n_gen = 0;
     int threads = 0;
+    bool exact = false;
 };
 
 int usage() {
-    std::fprintf(stderr, "usage: dump_logits -m MODEL -f PROMPTS [-o LOGITS.f32] [--chunk N] [--gen N] [-t N] [--acts DIR]\n");
+    std::fprintf(stderr, "usage: dump_logits -m MODEL -f PROMPTS [-o LOGITS.f32] [--chunk N] [--gen N] [-t N] [--acts DIR] [--exact]\n");
     return 2;
 }
 
@@ -119,6 +122,7 @@ Status run(const Args &args) {
     auto kv = sieve::ContiguousKv::create(m.kv_shape(n_seq), longest + args.n_gen + 1);
     if (!kv.ok()) return kv.status();
     auto ws = m.make_workspace(std::max<int64_t>(chunk * n_seq, n_seq));
+    if (args.exact) ws->act_precision = sieve::cpu::ActPrecision::f32;
     sieve::ThreadPool pool(args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency()));
 
     // 1. The prompts, chunk by chunk; logits of every position.
@@ -198,6 +202,8 @@ int main(int argc, char **argv) {
             a.chunk = std::atoll(argv[++i]);
         } else if (arg == "--gen" && has_value) {
             a.n_gen = std::atoll(argv[++i]);
+        } else if (arg == "--exact") {
+            a.exact = true;
         } else if (arg == "--acts" && has_value) {
             a.acts = argv[++i];
         } else if (arg == "-t" && has_value) {

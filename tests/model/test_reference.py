@@ -42,6 +42,9 @@ Error bounds (why they are what they are):
     gap <= 2 max|dlogit|). For float models d_p = 0, so a flip needs a gap
     under 2e-3. Each flip is printed, and at most 5% of positions may flip,
     so a systematic error cannot hide as ties.
+  * Exact activations (dump_logits --exact, f32 activations for every
+    weight type): the F32_FLOOR bound holds for quantized models too, and
+    the 64-token greedy generation must equal the reference's exactly.
   * Greedy generation: the reference runs once over prompt + sieve's 64
     tokens; its argmax after each prefix must be sieve's next token (with the
     same near-tie rule). By induction that is the reference's own greedy
@@ -188,12 +191,13 @@ def load_reference(path: str) -> Reference:
 # running sieve
 # ---------------------------------------------------------------------------
 
-def run_sieve(model: Path, prompts: list[list[int]], tmp: Path, chunk: int, n_gen: int, n_vocab: int):
+def run_sieve(model: Path, prompts: list[list[int]], tmp: Path, chunk: int, n_gen: int, n_vocab: int,
+              exact: bool = False):
     ptxt = tmp / "prompts.txt"
     ptxt.write_text("".join(" ".join(map(str, p)) + "\n" for p in prompts))
-    out = tmp / f"logits_{chunk}.f32"
+    out = tmp / f"logits_{chunk}{'_exact' if exact else ''}.f32"
     cmd = [_tool("SIEVE_DUMP_LOGITS"), "-m", str(model), "-f", str(ptxt), "-o", str(out),
-           "--chunk", str(chunk), "--gen", str(n_gen), "-t", THREADS]
+           "--chunk", str(chunk), "--gen", str(n_gen), "-t", THREADS] + (["--exact"] if exact else [])
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr}"
     flat = np.fromfile(out, dtype=np.float32)
@@ -272,6 +276,32 @@ def compare_model(name: str, path: Path, tmp: Path):
         print(f"{name} prompt {ip}: max |dlogit| between sieve's batched / token / chunked runs = {spread:.3g}")
     print(f"{name}: worst max |dlogit| per run: " + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()))
     assert flips <= MAX_FLIP_FRACTION * positions, f"{name}: {flips} near-tie flips in {positions} positions"
+    if ref.has_q8_weights:
+        compare_exact(name, path, prompts, ref, tmp)
+
+
+def compare_exact(name: str, path: Path, prompts: list[list[int]], ref: Reference, tmp: Path):
+    """With f32 activations (dump_logits --exact) sieve computes the exact
+    model, so the f32 bound holds for quantized weights too and the 64-token
+    greedy generation must be the reference's own, token for token: only a
+    gap under F32_FLOOR (f32 rounding) may flip a choice, and none may in
+    the generation."""
+    V = ref.cfg.n_vocab
+    logits, gens = run_sieve(path, prompts, tmp, 0, N_GEN, V, exact=True)
+    for ip, prompt in enumerate(prompts):
+        seq = prompt + gens[ip][:-1]
+        exact = ref.logits(seq)
+        n = len(prompt)
+        delta = np.abs(logits[ip] - exact[:n]).max()
+        print(f"{name} prompt {ip} ({n} tokens) exact activations: max |dlogit| = {delta:.3g} (bound {F32_FLOOR})")
+        assert delta <= F32_FLOOR, f"{name} prompt {ip} exact: max |dlogit| {delta:.4g} > {F32_FLOOR}"
+        tol = np.full(len(seq), F32_FLOOR)
+        check_top1(f"{name} prompt {ip} exact", logits[ip].argmax(axis=1), exact[:n], tol[:n])
+        ref_gen = exact[n - 1:].argmax(axis=1)
+        assert list(ref_gen) == gens[ip], (
+            f"{name} prompt {ip}: exact-activation greedy generation differs from the reference's: "
+            f"sieve {gens[ip]} vs reference {list(ref_gen)}")
+        print(f"{name} prompt {ip} exact activations: {N_GEN} greedy tokens identical to the reference")
 
 
 # ---------------------------------------------------------------------------

@@ -339,7 +339,7 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             // One dispatch (and one activation quantization) for all three.
             const cpu::WeightView qkv_w[3] = {l.wq, l.wk, l.wv};
             float *const qkv_y[3] = {q, k, v};
-            cpu::matmul_multi(qkv_w, qkv_y, 3, h, T, pool);
+            cpu::matmul_multi(qkv_w, qkv_y, 3, h, T, pool, ws.act_precision);
         }
         if (l.bq) {
             add_bias(q, l.bq, T, c.q_dim());
@@ -353,7 +353,7 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         dump("v", li, v, T, c.kv_dim());
         attention(b, kv, ws, pool, il);
         dump("kqv_out", li, att, T, c.q_dim());
-        cpu::matmul(l.wo, att, T, h, pool);
+        cpu::matmul(l.wo, att, T, h, pool, ws.act_precision);
         dump("attn_out", li, h, T, E);
         add_inplace(x, h, T * E);
         dump("ffn_inp", li, x, T, E);
@@ -363,10 +363,10 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         {
             const cpu::WeightView gate_up_w[2] = {l.w_gate, l.w_up};
             float *const gate_up_y[2] = {gate, up};
-            cpu::matmul_multi(gate_up_w, gate_up_y, 2, h, T, pool);
+            cpu::matmul_multi(gate_up_w, gate_up_y, 2, h, T, pool, ws.act_precision);
         }
         cpu::silu_mul(gate, up, T * F);
-        cpu::matmul(l.w_down, gate, T, h, pool);
+        cpu::matmul(l.w_down, gate, T, h, pool, ws.act_precision);
         dump("ffn_out", li, h, T, E);
         add_inplace(x, h, T * E);
         dump("l_out", li, x, T, E);
@@ -384,7 +384,7 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
     if (n_out > 0) {
         cpu::rmsnorm(ws.out_x_.data(), output_norm_, ws.out_x_.data(), n_out, E, c.norm_eps);
         dump("result_norm", -1, ws.out_x_.data(), n_out, E);
-        cpu::matmul(output_, ws.out_x_.data(), n_out, ws.logits_.data(), pool);
+        cpu::matmul(output_, ws.out_x_.data(), n_out, ws.logits_.data(), pool, ws.act_precision);
         dump("result_output", -1, ws.logits_.data(), n_out, c.n_vocab);
     }
     for_each_run(b, [&](int64_t begin, int64_t end) { kv.set_n_tokens(b.seq[begin], b.pos[end - 1] + 1); });

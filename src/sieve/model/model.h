@@ -75,6 +75,10 @@ public:
     int64_t output_token(int64_t i) const { return out_ids_[static_cast<size_t>(i)]; }
 
     ActivationCallback callback;  // optional
+    // 8-bit activations for block-format weights (fast, as ggml) or f32
+    // activations (exact up to f32 rounding; the reference tests' oracle
+    // mode). See cpu::ActPrecision.
+    cpu::ActPrecision act_precision = cpu::ActPrecision::q8;
 
 private:
     friend class Model;

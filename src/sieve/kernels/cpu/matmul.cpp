@@ -262,25 +262,26 @@ void check_weight(const WeightView &w) {
 
 }  // namespace
 
-void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
+void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool,
+            ActPrecision prec) {
     check_weight(w);
     if (n_tokens <= 0 || w.n_rows <= 0) return;
-    if (q8::supports(w.type))
+    if (prec == ActPrecision::q8 && q8::supports(w.type))
         matmul_q8_multi(&w, &y, 1, x, n_tokens, pool);
     else
         matmul_f32(w, x, n_tokens, y, pool);
 }
 
 void matmul_multi(const WeightView *ws, float *const *ys, int n_mat, const float *x, int64_t n_tokens,
-                  ThreadPool &pool) {
-    bool shared = n_mat > 1 && n_mat < 8;
+                  ThreadPool &pool, ActPrecision prec) {
+    bool shared = prec == ActPrecision::q8 && n_mat > 1 && n_mat < 8;
     for (int m = 0; m < n_mat; ++m) {
         check_weight(ws[m]);
         shared = shared && ws[m].n_cols == ws[0].n_cols && q8::supports(ws[m].type) && ws[m].n_rows > 0;
     }
     if (n_tokens <= 0) return;
     if (shared) return matmul_q8_multi(ws, ys, n_mat, x, n_tokens, pool);
-    for (int m = 0; m < n_mat; ++m) matmul(ws[m], x, n_tokens, ys[m], pool);
+    for (int m = 0; m < n_mat; ++m) matmul(ws[m], x, n_tokens, ys[m], pool, prec);
 }
 
 void get_row(const WeightView &w, int64_t row, float *out) {

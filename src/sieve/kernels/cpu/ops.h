@@ -22,17 +22,29 @@ struct WeightView {
     const void *data = nullptr;
 };
 
+// How activations meet weights stored in a 32-element block format (Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0) or Q4_K / Q5_K:
+//   q8:  each block of 32 activations is rounded to 8 bits (scale max|x|/127)
+//        and multiplied with integer dot products, as ggml does — the fast
+//        default, a small perturbation of the model (docs/correctness.md);
+//   f32: weights are dequantized to f32 and multiplied with f32 activations —
+//        slower, and equal to the exact model up to f32 rounding (the oracle
+//        mode the reference tests use).
+// Other weight types always take the f32 path.
+enum class ActPrecision { q8, f32 };
+
 // y[t, r] = sum_c W[r, c] * x[t, c]  for t < n_tokens, r < n_rows.
 // x: [n_tokens, n_cols] f32; y: [n_tokens, n_rows] f32 (overwritten).
 // Uses every thread of the pool; reads each weight tile once per token tile.
 // Does not allocate after the first call with a given shape (scratch is kept
 // per thread inside the kernel module).
-void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool);
+void matmul(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool,
+            ActPrecision prec = ActPrecision::q8);
 // matmul of several matrices with the same n_cols against the same x
 // (Q/K/V, gate/up): y_m = W_m x for m < n_mat. Results equal separate
 // matmul calls bitwise; mixed types fall back to separate calls. n_mat < 8.
 void matmul_multi(const WeightView *w, float *const *y, int n_mat, const float *x, int64_t n_tokens,
-                  ThreadPool &pool);
+                  ThreadPool &pool, ActPrecision prec = ActPrecision::q8);
 // Scalar oracle: dequantize each row, accumulate in double.
 void matmul_ref(const WeightView &w, const float *x, int64_t n_tokens, float *y);
 
