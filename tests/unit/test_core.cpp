@@ -38,6 +38,21 @@ TEST(ThreadPool, EveryTaskRunsOnceAcrossManyJobs) {
     }
 }
 
+// Back-to-back tiny jobs stress the hand-over between generations (late
+// workers, workers falling asleep and waking): every task of every job runs
+// exactly once and the caller never hangs.
+TEST(ThreadPool, BackToBackTinyJobsNeverHangOrRepeat) {
+    for (int n_threads : {2, 3}) {
+        ThreadPool pool(n_threads);
+        std::vector<std::atomic<int>> hits(8);
+        for (int job = 0; job < 20000; ++job) {
+            const int64_t n = 2 + job % 7;
+            pool.run(n, [&](int64_t task, int) { hits[static_cast<size_t>(task)].fetch_add(1); });
+            for (int64_t t = 0; t < n; ++t) ASSERT_EQ(hits[static_cast<size_t>(t)].exchange(0), 1) << job;
+        }
+    }
+}
+
 TEST(Fp16, RoundTripsEveryHalf) {
     for (uint32_t h = 0; h < 65536; ++h) {
         float f = fp16_to_fp32(static_cast<uint16_t>(h));

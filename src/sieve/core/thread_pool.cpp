@@ -16,6 +16,9 @@ constexpr int k_wait_spin_iters = 1 << 12;
 
 constexpr uint32_t gen_of(uint64_t c) { return static_cast<uint32_t>(c >> 32); }
 constexpr int64_t idx_of(uint64_t c) { return static_cast<int64_t>(c & 0xffffffffu); }
+// Task index of a generation whose job is being written: nothing to claim yet.
+constexpr int64_t k_closed = 0xffffffff;
+constexpr uint64_t pack(uint32_t gen, int64_t idx) { return (static_cast<uint64_t>(gen) << 32) | static_cast<uint64_t>(idx); }
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -34,11 +37,13 @@ int64_t ThreadPool::drain(uint32_t gen, int thread) {
     int64_t n_ran = 0;
     uint64_t c = claim_.load(std::memory_order_acquire);
     for (;;) {
-        if (gen_of(c) != gen) break;
-        // Read the job before claiming: if the claim below succeeds, the word
-        // still held generation gen with a task left, so the job cannot have
-        // been replaced in between (the caller replaces it only after every
-        // task of gen has been claimed and finished).
+        if (gen_of(c) != gen || idx_of(c) == k_closed) break;
+        // Read the job, then claim. The caller closes the word (a new
+        // generation, index k_closed) BEFORE it rewrites the job, so if the
+        // claim below succeeds the word still held generation gen, the job was
+        // not yet being replaced, and what we read is gen's job. (Reading the
+        // job after a close and then claiming the old word's next index was a
+        // hang: the stale task was counted in the next job's n_done_.)
         const Trampoline fn = job_fn_.load(std::memory_order_acquire);
         void *ctx = job_ctx_.load(std::memory_order_acquire);
         const int64_t n = job_n_.load(std::memory_order_acquire);
@@ -59,11 +64,14 @@ void ThreadPool::run_impl(int64_t n_tasks, Trampoline fn, void *ctx) {
         return;
     }
     const uint32_t gen = ++gen_;
-    job_fn_.store(fn, std::memory_order_relaxed);
-    job_ctx_.store(ctx, std::memory_order_relaxed);
-    job_n_.store(n_tasks, std::memory_order_relaxed);
+    // 1. close: any claim a late worker attempts on the previous word fails;
+    // 2. write the job; 3. open generation gen at task 0.
+    claim_.store(pack(gen, k_closed), std::memory_order_seq_cst);
+    job_fn_.store(fn, std::memory_order_release);
+    job_ctx_.store(ctx, std::memory_order_release);
+    job_n_.store(n_tasks, std::memory_order_release);
     n_done_.store(0, std::memory_order_relaxed);
-    claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_seq_cst);
+    claim_.store(pack(gen, 0), std::memory_order_seq_cst);
     if (n_sleeping_.load(std::memory_order_seq_cst) > 0) {
         wake_.fetch_add(1, std::memory_order_seq_cst);
         wake_.notify_all();
@@ -74,7 +82,11 @@ void ThreadPool::run_impl(int64_t n_tasks, Trampoline fn, void *ctx) {
     // descheduled by another process, so give the core back instead of
     // burning the time slice it needs.
     const int64_t others = n_tasks - mine;
-    for (int spins = 0; n_done_.load(std::memory_order_acquire) != others; ++spins) {
+    for (int spins = 0;; ++spins) {
+        const int64_t done = n_done_.load(std::memory_order_acquire);
+        if (done == others) break;
+        SIEVE_CHECKF(done < others, "thread pool: %lld tasks reported done, workers claimed %lld",
+                     static_cast<long long>(done), static_cast<long long>(others));
         if (spins < k_wait_spin_iters) {
             _mm_pause();
         } else {
@@ -88,7 +100,8 @@ void ThreadPool::worker_main(int thread) {
     for (;;) {
         uint32_t gen = seen;
         for (int i = 0; i < k_spin_iters && gen == seen; ++i) {
-            gen = gen_of(claim_.load(std::memory_order_acquire));
+            const uint64_t c = claim_.load(std::memory_order_acquire);
+            gen = idx_of(c) == k_closed ? seen : gen_of(c);  // a job being written is not new yet
             if (gen == seen) _mm_pause();
         }
         if (gen == seen) {
