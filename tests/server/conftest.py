@@ -19,6 +19,9 @@ import pytest
 import requests
 
 STARTUP_DEADLINE_S = 120
+# Compute threads of the servers under test: both cores by default, so the
+# tests exercise the thread pool as users run it (SIEVE_TEST_THREADS overrides).
+SERVER_THREADS = os.environ.get("SIEVE_TEST_THREADS", "2")
 
 
 def _bin():
@@ -117,17 +120,17 @@ def _spawn(args):
 @pytest.fixture(scope="session")
 def server():
     """stories260K: 8 slots of 256 tokens, small limits so bad inputs are cheap."""
-    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "256", "-t", "1", "--max-body", "1MiB",
+    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "256", "-t", SERVER_THREADS, "--max-body", "1MiB",
                        "--max-queue", "64"])
 
 
 @pytest.fixture(scope="session")
 def small_kv_server():
     """stories260K with a KV pool far smaller than 8 full sequences: forces preemption."""
-    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "512", "-t", "1",
+    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "512", "-t", SERVER_THREADS,
                        "--kv-page-size", "4KiB", "--kv-memory", "720KiB"])
 
 
 @pytest.fixture(scope="session")
 def smollm2_server():
-    yield from _spawn(["-m", default_model(), "-np", "2", "-c", "1024", "-t", "1"])
+    yield from _spawn(["-m", default_model(), "-np", "2", "-c", "1024", "-t", SERVER_THREADS])

@@ -95,7 +95,7 @@ protected:
     }
 
     std::unique_ptr<Engine> make_engine(EngineOptions o) {
-        if (o.n_threads == 0) o.n_threads = 1;
+        if (o.n_threads == 0) o.n_threads = 2;  // both cores, as users run it: exercises the pool under the engine
         auto e = Engine::create(*model_, *tok_, o);
         EXPECT_TRUE(e.ok()) << e.status().message();
         return e.ok() ? std::move(e.value()) : nullptr;
