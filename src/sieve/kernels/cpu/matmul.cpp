@@ -35,7 +35,7 @@ namespace {
 constexpr int64_t k_row_tile = 16;
 constexpr int64_t k_tok_tile = 64;
 // Up to this many tokens the q8 path reads weight blocks in place (see matmul_q8.h).
-constexpr int64_t k_raw_max_tokens = 4;
+constexpr int64_t k_raw_max_tokens = 16;
 
 // Scratch lives in thread_local storage: the pool's threads are persistent, so
 // each keeps its buffers across calls (no allocation once the largest shape
