@@ -23,6 +23,7 @@
 
 #include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/attention_args.h"
+#include "sieve/kernels/cpu/attention_decode_core.h"
 #include "sieve/kernels/cpu/ops.h"
 #include "sieve/kernels/cpu/simd.h"
 
@@ -33,9 +34,6 @@ namespace {
 constexpr int64_t k_q_tile = 32;
 constexpr int64_t k_kv_tile = 64;
 constexpr int64_t k_min_decode_chunk = 64;
-// Decode walks its chunk in blocks of this many keys: the group's scores of a
-// block stay in L1 between the K pass and the V pass.
-constexpr int64_t k_decode_blk = 64;
 
 // thread_local for the same reason as in matmul.cpp: persistent pool threads
 // keep their buffers, which only grow, so steady-state calls do not allocate.
@@ -119,58 +117,17 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
-        const float *k = a.k[kvh], *v = a.v[kvh];
-        const int64_t h0 = kvh * group;
-        // Scores of a block of keys for every head of the group: s[g][j].
-        float *s = grow(attn_scratch().rows, group * k_decode_blk);
-        float *mx = partial + (h0 * n_chunks + c) * part_len;  // part of head h0 + g: mx + g * n_chunks * part_len
-        const int64_t hstride = n_chunks * part_len;
-        for (int64_t g = 0; g < group; ++g) {
-            mx[g * hstride] = -INFINITY;
-            mx[g * hstride + 1] = 0.0f;
-            std::fill(mx + g * hstride + 2, mx + g * hstride + 2 + d, 0.0f);
-        }
-        for (int64_t jb = j0; jb < j1; jb += k_decode_blk) {
-            const int64_t nb = std::min(k_decode_blk, j1 - jb);
-            // 1. Each K row is read from memory once and dotted with every query head of the group.
-            for (int64_t j = 0; j < nb; ++j) {
-                const float *kr = k + (jb + j) * d;
-                for (int64_t g = 0; g < group; ++g) s[g * k_decode_blk + j] = a.scale * simd::dot(a.q + (h0 + g) * d, kr, d);
-            }
-            // 2. Online softmax per head over the block.
-            for (int64_t g = 0; g < group; ++g) {
-                float *part = mx + g * hstride, *sg = s + g * k_decode_blk;
-                float bmax = -INFINITY;
-                for (int64_t j = 0; j < nb; ++j) bmax = std::max(bmax, sg[j]);
-                const float m_new = std::max(part[0], bmax);
-                const float alpha = std::exp(part[0] - m_new);  // 0 on the first block (m = -inf)
-                const float sum = simd::exp_sub_sum(sg, m_new, nb);
-                if (alpha != 1.0f) simd::scale(part + 2, alpha, d);
-                part[0] = m_new;
-                part[1] = part[1] * alpha + sum;
-            }
-            // 3. Each V row read once, accumulated into every head of the group.
-            for (int64_t j = 0; j < nb; ++j) {
-                const float *vr = v + (jb + j) * d;
-                for (int64_t g = 0; g < group; ++g) simd::scale_axpy(mx + g * hstride + 2, 1.0f, s[g * k_decode_blk + j], vr, d);
-            }
+        const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
+        float *s = grow(attn_scratch().rows, group * decode::k_blk);
+        float *part0 = partial + (h0 * n_chunks + c) * part_len;  // head h0 + g at part0 + g * hstride
+        decode::init_parts(part0, group, hstride, d);
+        for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
+            const int64_t nb = std::min(decode::k_blk, j1 - jb);
+            decode::block(a.q + h0 * d, group, a.k[kvh] + jb * d, a.v[kvh] + jb * d, nb, d, a.scale, s, part0,
+                          hstride);
         }
     });
-    for (int64_t h = 0; h < a.n_head; ++h) {
-        const float *ph = partial + h * n_chunks * part_len;
-        float mx = -INFINITY;
-        for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, ph[c * part_len]);
-        float *out = a.o + h * d;
-        std::fill(out, out + d, 0.0f);
-        float l = 0.0f;
-        for (int64_t c = 0; c < n_chunks; ++c) {
-            const float w = std::exp(ph[c * part_len] - mx);
-            l += ph[c * part_len + 1] * w;
-            simd::scale_axpy(out, 1.0f, w, ph + c * part_len + 2, d);
-        }
-        simd::scale(out, 1.0f / l, d);
-        if (a.lse) a.lse[h] = mx + std::log(l);
-    }
+    decode::merge(partial, a.n_head, n_chunks, d, a.o, a.lse);
 }
 
 }  // namespace sieve::cpu

@@ -6,7 +6,7 @@
 
 #include "sieve/core/aligned.h"
 #include "sieve/core/status.h"
-#include "sieve/kernels/cpu/simd.h"
+#include "sieve/kernels/cpu/attention_decode_core.h"
 
 namespace sieve::cpu {
 
@@ -44,7 +44,7 @@ void attention_decode_paged(const PagedAttnArgs &a, ThreadPool &pool) {
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv, bs = a.block_size;
     const int64_t head_stride = bs * d, block_stride = a.n_head_kv * head_stride;
     // Chunking as in attention_decode, rounded up to whole blocks.
-    const int64_t want = std::max<int64_t>(1, (4 * pool.n_threads() + a.n_head_kv - 1) / a.n_head_kv);
+    const int64_t want = std::max<int64_t>(1, (8 * pool.n_threads() + a.n_head_kv - 1) / a.n_head_kv);
     int64_t n_chunks = std::clamp<int64_t>((a.n_kv + k_min_chunk - 1) / k_min_chunk, 1, want);
     int64_t chunk = (a.n_kv + n_chunks - 1) / n_chunks;
     chunk = (chunk + bs - 1) / bs * bs;
@@ -54,51 +54,23 @@ void attention_decode_paged(const PagedAttnArgs &a, ThreadPool &pool) {
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, a.n_kv);
-        float *s = grow(paged_scratch().scores, chunk);
-        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-            const float *q = a.q + h * d;
-            float mx = -INFINITY;
-            for (int64_t b0 = j0; b0 < j1; b0 += bs) {
-                const float *kb = a.k_blocks + a.block_table[b0 / bs] * block_stride + kvh * head_stride;
-                const int64_t n = std::min(bs, j1 - b0);
-                for (int64_t r = 0; r < n; ++r) {
-                    const float sc = a.scale * simd::dot(q, kb + r * d, d);
-                    s[b0 - j0 + r] = sc;
-                    mx = std::max(mx, sc);
-                }
+        const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
+        float *s = grow(paged_scratch().scores, group * decode::k_blk);
+        float *part0 = partial + (h0 * n_chunks + c) * part_len;
+        decode::init_parts(part0, group, hstride, d);
+        // Chunks start on block boundaries; within a block a head's rows are
+        // contiguous, so the shared inner loop runs on runs of one block.
+        for (int64_t b0 = j0; b0 < j1; b0 += bs) {
+            const int64_t off = a.block_table[b0 / bs] * block_stride + kvh * head_stride;
+            const int64_t n = std::min(bs, j1 - b0);
+            for (int64_t r = 0; r < n; r += decode::k_blk) {
+                const int64_t nb = std::min(decode::k_blk, n - r);
+                decode::block(a.q + h0 * d, group, a.k_blocks + off + r * d, a.v_blocks + off + r * d, nb, d, a.scale,
+                              s, part0, hstride);
             }
-            float *part = partial + (h * n_chunks + c) * part_len;
-            float *acc = part + 2;
-            std::fill(acc, acc + d, 0.0f);
-            float l = 0.0f;
-            for (int64_t b0 = j0; b0 < j1; b0 += bs) {
-                const float *vb = a.v_blocks + a.block_table[b0 / bs] * block_stride + kvh * head_stride;
-                const int64_t n = std::min(bs, j1 - b0);
-                for (int64_t r = 0; r < n; ++r) {
-                    const float p = std::exp(s[b0 - j0 + r] - mx);
-                    simd::scale_axpy(acc, 1.0f, p, vb + r * d, d);
-                    l += p;
-                }
-            }
-            part[0] = mx;
-            part[1] = l;
         }
     });
-    for (int64_t h = 0; h < a.n_head; ++h) {
-        const float *ph = partial + h * n_chunks * part_len;
-        float mx = -INFINITY;
-        for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, ph[c * part_len]);
-        float *out = a.o + h * d;
-        std::fill(out, out + d, 0.0f);
-        float l = 0.0f;
-        for (int64_t c = 0; c < n_chunks; ++c) {
-            const float w = std::exp(ph[c * part_len] - mx);
-            l += ph[c * part_len + 1] * w;
-            simd::scale_axpy(out, 1.0f, w, ph + c * part_len + 2, d);
-        }
-        simd::scale(out, 1.0f / l, d);
-        if (a.lse) a.lse[h] = mx + std::log(l);
-    }
+    decode::merge(partial, a.n_head, n_chunks, d, a.o, a.lse);
 }
 
 void attention_decode_paged_ref(const PagedAttnArgs &a) {
