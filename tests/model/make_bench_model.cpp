@@ -23,6 +23,7 @@
 
 #include "sieve/gguf/gguf.h"
 #include "sieve/quant/dequant.h"
+#include "sieve/tokenizer/unicode.h"
 
 namespace {
 
@@ -90,22 +91,11 @@ private:
     sieve::GgufWriter w_;
 };
 
-// GPT-2's byte -> printable code point map, so every byte has a token.
+// One token per byte, spelled in GPT-2's byte alphabet (as the tokenizer reads it).
 std::vector<std::string> byte_tokens() {
     std::vector<std::string> out(256);
-    int next = 256;
-    for (int b = 0; b < 256; ++b) {
-        const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        const int cp = printable ? b : next++;
-        std::string s;
-        if (cp < 0x80) {
-            s.push_back(static_cast<char>(cp));
-        } else {
-            s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-            s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-        }
-        out[static_cast<size_t>(b)] = s;
-    }
+    for (int b = 0; b < 256; ++b)
+        sieve::utf8_append(&out[static_cast<size_t>(b)], sieve::gpt2_byte_to_codepoint(static_cast<uint8_t>(b)));
     return out;
 }
 
