@@ -21,6 +21,29 @@ namespace sieve::cpu::decode {
 // Rows per inner block: the group's scores of one block stay in L1.
 constexpr int64_t k_blk = 64;
 
+// How a decode call splits each KV head's keys into chunks (tasks). Both
+// kernels use this one plan so the lane-vs-block comparison differs only in
+// where rows live:
+//   - one thread: one chunk per KV head (splitting would only add merges);
+//   - otherwise about 8 tasks per thread in total, so the last tasks to be
+//     handed out are short and both threads finish together, and no chunk
+//     shorter than k_min_chunk keys;
+//   - chunk lengths are multiples of `align` (k_blk for lanes, so every inner
+//     block but the last is full; whole blocks for the paged store).
+struct ChunkPlan {
+    int64_t n_chunks = 1, chunk = 0;
+};
+constexpr int64_t k_min_chunk = 64;
+inline ChunkPlan plan_chunks(int64_t n_kv, int64_t n_head_kv, int n_threads, int64_t align) {
+    ChunkPlan p;
+    const int64_t want = n_threads <= 1 ? 1 : std::max<int64_t>(1, (8 * n_threads + n_head_kv - 1) / n_head_kv);
+    p.n_chunks = std::clamp<int64_t>((n_kv + k_min_chunk - 1) / k_min_chunk, 1, want);
+    p.chunk = (n_kv + p.n_chunks - 1) / p.n_chunks;
+    p.chunk = (p.chunk + align - 1) / align * align;
+    p.n_chunks = (n_kv + p.chunk - 1) / p.chunk;
+    return p;
+}
+
 inline void init_parts(float *part0, int64_t group, int64_t hstride, int64_t d) {
     for (int64_t g = 0; g < group; ++g) {
         part0[g * hstride] = -INFINITY;

@@ -12,8 +12,6 @@ namespace sieve::cpu {
 
 namespace {
 
-constexpr int64_t k_min_chunk = 64;  // as in attention_decode
-
 struct PagedScratch {
     AlignedBuffer<float> scores;   // per thread
     AlignedBuffer<float> partial;  // calling thread: partials of all tasks
@@ -43,12 +41,11 @@ void attention_decode_paged(const PagedAttnArgs &a, ThreadPool &pool) {
     check_args(a, "attention_decode_paged");
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv, bs = a.block_size;
     const int64_t head_stride = bs * d, block_stride = a.n_head_kv * head_stride;
-    // Chunking as in attention_decode, rounded up to whole blocks.
-    const int64_t want = std::max<int64_t>(1, (8 * pool.n_threads() + a.n_head_kv - 1) / a.n_head_kv);
-    int64_t n_chunks = std::clamp<int64_t>((a.n_kv + k_min_chunk - 1) / k_min_chunk, 1, want);
-    int64_t chunk = (a.n_kv + n_chunks - 1) / n_chunks;
-    chunk = (chunk + bs - 1) / bs * bs;
-    n_chunks = (a.n_kv + chunk - 1) / chunk;
+    // The same plan as attention_decode, with chunks of whole blocks (and
+    // whole inner blocks of k_blk rows where blocks are smaller).
+    const int64_t align = bs >= decode::k_blk ? bs : bs * ((decode::k_blk + bs - 1) / bs);
+    const decode::ChunkPlan plan = decode::plan_chunks(a.n_kv, a.n_head_kv, pool.n_threads(), align);
+    const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk;
     const int64_t part_len = d + 2;
     float *partial = grow(paged_scratch().partial, a.n_head * n_chunks * part_len);
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
