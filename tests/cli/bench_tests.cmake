@@ -46,3 +46,9 @@ sieve_bench_test(bad_threads 2 "" "-t: expected" ${bench_small} -t 0)
 sieve_bench_test(bad_bandwidth 2 "" "--bandwidth: expected" ${bench_small} --bandwidth -3)
 sieve_bench_test(unknown_flag 2 "" "unknown option '--bogus'" ${bench_small} --bogus)
 sieve_bench_test(missing_model 1 "" "cannot open 'no-such-file\\.gguf'" -m no-such-file.gguf -p 8 -n 0 -r 1 --bandwidth 20)
+# --kv-memory / --kv-page-size as in run and serve: a pool that fits runs, one
+# too small for the depth stops with the pool's error, a bad size names the flag.
+sieve_bench_test(kv_memory 0 "tg4 @ d40" "" ${bench_small} -d 40 --kv-memory 8MiB --kv-page-size 4KiB)
+sieve_bench_test(kv_memory_small 1 "" "KV pool exhausted: all 16 pages of 4 KiB .*raise --kv-memory" ${bench_small} -d 300 --kv-memory 64KiB --kv-page-size 4KiB)
+sieve_bench_test(bad_kv_memory 2 "" "--kv-memory: " ${bench_small} --kv-memory lots)
+sieve_bench_test(bad_kv_page 1 "" "KV page size 3072 bytes: expected a power of two" ${bench_small} --kv-page-size 3KiB)

@@ -269,6 +269,41 @@ void EngineTest::check_preemption(int64_t batch_tokens) {
     EXPECT_EQ(s.gen_tokens_total, 8 * 60);
 }
 
+// Map-ahead: decode steps find their KV rows mapped. Two sequences decode
+// across three page boundaries each; every mmap after their prefills happens
+// between steps (kv_map_calls_ahead), none inside a step's reservations, and
+// the outputs are the oracle's.
+TEST_F(EngineTest, DecodeStepsFindTheirKvRowsMappedAhead) {
+    const KvShape shape = model_->kv_shape(1);
+    const int64_t rows_per_page = 4096 / (shape.head_dim * 4);
+    EngineOptions o;
+    o.max_seqs = 2;
+    o.max_ctx = 4 * rows_per_page;
+    o.kv_page_bytes = 4096;
+    const std::vector<GenRequest> prefill_only = {greedy(random_prompt(9, 41), 1), greedy(random_prompt(23, 42), 1)};
+    std::vector<GenRequest> long_decode = prefill_only;
+    for (GenRequest &r : long_decode) r.max_tokens = 3 * rows_per_page + 5;
+
+    auto e1 = make_engine(o);
+    ASSERT_TRUE(e1);
+    run_all(*e1, prefill_only);
+    e1->shutdown(true);
+    const EngineStats s1 = e1->stats();
+    EXPECT_GT(s1.kv_map_calls_in_step, 0);  // the prompts' first pages
+
+    auto e2 = make_engine(o);
+    ASSERT_TRUE(e2);
+    const auto evs = run_all(*e2, long_decode);
+    e2->shutdown(true);
+    const EngineStats s2 = e2->stats();
+    EXPECT_EQ(s2.kv_map_calls_in_step, s1.kv_map_calls_in_step);
+    EXPECT_GT(s2.kv_map_calls_ahead, 0);
+    EXPECT_EQ(s2.kv_pages_used, 0);
+    ASSERT_EQ(evs.size(), 2u);
+    for (size_t i = 0; i < evs.size(); ++i)
+        EXPECT_EQ(event_tokens(evs[i]), reference_greedy(long_decode[i].prompt, long_decode[i].max_tokens)) << i;
+}
+
 // 32 requests (sampled, each with its own seed) and a second thread that
 // cancels a random third of them at random moments.
 TEST_F(EngineTest, ConcurrentCancellationsFreeEverything) {

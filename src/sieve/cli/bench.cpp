@@ -50,6 +50,8 @@ struct BenchOptions {
     BenchFormat format = BenchFormat::md;
     double bandwidth_gbps = 0;  // 0 = measure
     std::string kv = "vattention";
+    int64_t kv_memory = 0;           // --kv-memory; 0 = what the test needs
+    int64_t kv_page = 64 * 1024;     // --kv-page-size
 };
 
 void print_usage(FILE *out) {
@@ -69,6 +71,8 @@ void print_usage(FILE *out) {
                  "  -o, --output md|csv|json|jsonl   output format (default md)\n"
                  "      --bandwidth GBPS        the machine's read bandwidth; skips measuring it\n"
                  "      --kv vattention|contiguous  KV store (default vattention)\n"
+                 "      --kv-memory SIZE        KV page pool, e.g. 512MiB (default: what depth + test need)\n"
+                 "      --kv-page-size SIZE     KV page size, 4KiB .. 2MiB, power of two (default 64KiB)\n"
                  "  -h, --help\n");
 }
 
@@ -156,6 +160,10 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
             if (v.value() != "vattention" && v.value() != "contiguous")
                 return fail(Status::errorf("%s: expected vattention or contiguous, got '%s'", flag.c_str(), v.value().c_str()));
             o->kv = v.value();
+        } else if (flag == "--kv-memory" || flag == "--kv-page-size") {
+            Result<std::string> v = args.value("a size such as 512MiB");
+            if (!v.ok()) return fail(v.status());
+            st = parse_bytes(v.value(), flag == "--kv-memory" ? &o->kv_memory : &o->kv_page).with_context(flag);
         } else {
             std::fprintf(stderr, "sieve bench: unknown option '%s'\n\n", flag.c_str());
             print_usage(stderr);
@@ -281,17 +289,18 @@ private:
     std::vector<int32_t> tokens_, pos_, seq_;
 };
 
-Result<std::unique_ptr<KvCache>> make_kv(const std::string &kind, const Model &model, int64_t n_ctx) {
+Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &model, int64_t n_ctx) {
     const KvShape shape = model.kv_shape(1);
-    if (kind == "vattention") {
+    if (bo.kv == "vattention") {
         VAttentionKvOptions o;
         o.shape = shape;
         o.max_ctx = n_ctx;
-        // The pool holds the whole context plus a page of slack per lane
-        // (rows straddle pages; headroom maps one page ahead).
+        o.pool.page_bytes = bo.kv_page;
+        // By default the pool holds the whole context plus a few pages of
+        // slack per lane (rows straddle pages; headroom maps one page ahead).
         const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
         const int64_t row_bytes = shape.head_dim * static_cast<int64_t>(sizeof(float));
-        o.pool.budget_bytes = lanes * (n_ctx * row_bytes + 3 * o.pool.page_bytes);
+        o.pool.budget_bytes = bo.kv_memory > 0 ? bo.kv_memory : lanes * (n_ctx * row_bytes + 3 * bo.kv_page);
         Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(o);
         if (!kv.ok()) return kv.status();
         return std::unique_ptr<KvCache>(std::move(kv.value()));
@@ -323,7 +332,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
     int64_t n_ctx = 1;
     for (int64_t d : o.n_depth)
         for (const Test &t : tests) n_ctx = std::max(n_ctx, d + t.n_prompt + t.n_gen);
-    Result<std::unique_ptr<KvCache>> kv = make_kv(o.kv, m, n_ctx);
+    Result<std::unique_ptr<KvCache>> kv = make_kv(o, m, n_ctx);
     if (!kv.ok()) return Status::errorf("%s: KV store for %lld tokens: %s", path.c_str(), static_cast<long long>(n_ctx),
                                         kv.status().message().c_str());
     std::unique_ptr<Workspace> ws = m.make_workspace(o.n_batch, 1);

@@ -65,6 +65,8 @@ struct Engine::Impl {
     int64_t prompt_tokens_total = 0;
     int64_t gen_tokens_total = 0;
     int64_t n_steps = 0;
+    int64_t kv_map_calls_ahead = 0;  // mmap calls / time spent by map-ahead between steps
+    int64_t kv_map_us_ahead = 0;
 
     // ---- shared, under mu ----
     mutable std::mutex mu;
@@ -317,6 +319,10 @@ void Engine::Impl::abort_all() {
 
 // One step (engine.h): schedule (admit, plan, reserve, preempt) -> forward ->
 // per sequence: sample, detokenize, stop checks, events.
+// Rows mapped ahead of each decoding sequence between steps: the next step
+// needs one; a few more make page-boundary crossings rarer than once a step.
+constexpr int64_t k_map_ahead_tokens = 16;
+
 void Engine::Impl::step() {
     std::vector<FailedSeq> failed;
     const std::vector<ScheduledSeq> plan = sched->schedule(&failed);
@@ -361,6 +367,13 @@ void Engine::Impl::step() {
     }
     SIEVE_CHECKF(row == ws->n_outputs(), "used %lld logits rows of %lld", static_cast<long long>(row),
                  static_cast<long long>(ws->n_outputs()));
+
+    // The step's tokens are out; map the next decode rows now, so the next
+    // step's reservations find their pages mapped (scheduler.h, map-ahead).
+    const KvMapStats before = kv->stats();
+    sched->map_ahead(k_map_ahead_tokens);
+    kv_map_calls_ahead += kv->stats().n_map_calls - before.n_map_calls;
+    kv_map_us_ahead += kv->stats().map_us - before.map_us;
 }
 
 void Engine::Impl::publish_stats() {
@@ -373,6 +386,11 @@ void Engine::Impl::publish_stats() {
     s.prompt_tokens_total = prompt_tokens_total;
     s.gen_tokens_total = gen_tokens_total;
     s.n_steps = n_steps;
+    const KvMapStats &ms = kv->stats();
+    s.kv_map_calls_ahead = kv_map_calls_ahead;
+    s.kv_map_us_ahead = kv_map_us_ahead;
+    s.kv_map_calls_in_step = ms.n_map_calls - kv_map_calls_ahead;
+    s.kv_map_us_in_step = ms.map_us - kv_map_us_ahead;
     std::lock_guard<std::mutex> lk(mu);
     published = s;
 }

@@ -84,6 +84,12 @@ struct EngineStats {
     int64_t prompt_tokens_total = 0;     // counters since start
     int64_t gen_tokens_total = 0;
     int64_t n_steps = 0;
+    // KV mapping (vAttention lanes): mmap calls made inside a step's
+    // reservations vs between steps by map-ahead, and the time in each.
+    int64_t kv_map_calls_in_step = 0;
+    int64_t kv_map_calls_ahead = 0;
+    int64_t kv_map_us_in_step = 0;
+    int64_t kv_map_us_ahead = 0;
 };
 
 class Engine {

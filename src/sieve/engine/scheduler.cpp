@@ -119,6 +119,25 @@ std::vector<ScheduledSeq> Scheduler::schedule(std::vector<FailedSeq> *failed) {
     return plan;
 }
 
+int64_t Scheduler::map_ahead(int64_t lookahead) {
+    // Pages no running sequence is still owed (as in admit()).
+    int64_t avail = kv_.pool().n_free();
+    for (const SequencePtr &r : running_) avail -= pages_missing(*r, r->n_total());
+    int64_t mapped = 0;
+    for (const SequencePtr &r : running_) {
+        if (r->n_uncomputed() != 1) continue;  // prefilling: its chunks map their own rows
+        const int64_t rows = std::min(r->n_total() + lookahead, kv_.max_ctx());
+        const int64_t need = pages_missing(*r, rows);
+        if (need == 0 || need > avail) continue;
+        // A failure here (e.g. the map count) is not fatal: the step's own
+        // reserve() tries again and handles it.
+        if (!kv_.reserve(r->slot, rows).ok()) continue;
+        avail -= need;
+        mapped += need;
+    }
+    return mapped;
+}
+
 SequencePtr Scheduler::remove_running(Sequence *s) {
     auto it = std::find_if(running_.begin(), running_.end(), [&](const SequencePtr &p) { return p.get() == s; });
     SIEVE_CHECK(it != running_.end());

@@ -15,6 +15,13 @@
 // written yet (reclaim counts a lane's written rows, not its reservation).
 // Finished, cancelled and preempted sequences release() their pages at once
 // for the same reason: no slot keeps a cache the store could reclaim.
+//
+// Map-ahead (vAttention's "off the critical path"): after each step the
+// engine calls map_ahead(), which reserves pages for the next few decode
+// tokens of every decoding sequence, out of pages nobody else was promised.
+// The reservation is real (held pages, counted by pages_held), so the
+// accounting above stays exact, and a decode step's own reserve() finds its
+// rows mapped: page-boundary mmaps happen between steps, not inside them.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +65,11 @@ public:
     //      waiting queue) and retry.
     // Sequences that cannot run even alone come back in *failed.
     std::vector<ScheduledSeq> schedule(std::vector<FailedSeq> *failed);
+
+    // Reserves rows for the next lookahead tokens of each decoding sequence
+    // where free pages allow (never pages running prefills still need, never
+    // a preemption). Returns the pages mapped.
+    int64_t map_ahead(int64_t lookahead);
 
     // Takes a finished or cancelled sequence out and releases its pages and slot.
     SequencePtr remove_running(Sequence *s);
