@@ -121,3 +121,6 @@ def test_metrics_names(server):
         assert name in m, name
     assert 0.0 <= m["sieve:kv_cache_usage_perc"] <= 1.0
     assert m["sieve:kv_pages_total"] > 0
+    for where in ["step", "ahead"]:
+        assert m['sieve:kv_map_calls_total{where="%s"}' % where] >= 0
+        assert m['sieve:kv_map_seconds_total{where="%s"}' % where] >= 0

@@ -86,6 +86,15 @@ std::string ServerMetrics::render(const EngineStats *s) const {
     gauge(&out, "sieve:engine_steps_total", "counter", "Forward steps run by the engine.",
           static_cast<double>(st.n_steps));
 
+    out += "# HELP sieve:kv_map_calls_total KV page mmap calls: inside a step's reservations, or between steps (map-ahead).\n"
+           "# TYPE sieve:kv_map_calls_total counter\n";
+    out += strfmt("sieve:kv_map_calls_total{where=\"step\"} %lld\n", static_cast<long long>(st.kv_map_calls_in_step));
+    out += strfmt("sieve:kv_map_calls_total{where=\"ahead\"} %lld\n", static_cast<long long>(st.kv_map_calls_ahead));
+    out += "# HELP sieve:kv_map_seconds_total Time in KV page mmap calls, by where they were made.\n"
+           "# TYPE sieve:kv_map_seconds_total counter\n";
+    out += strfmt("sieve:kv_map_seconds_total{where=\"step\"} %.6f\n", 1e-6 * static_cast<double>(st.kv_map_us_in_step));
+    out += strfmt("sieve:kv_map_seconds_total{where=\"ahead\"} %.6f\n", 1e-6 * static_cast<double>(st.kv_map_us_ahead));
+
     std::lock_guard<std::mutex> lock(mu_);
     out += "# HELP sieve:request_success_total Finished requests by finish reason.\n"
            "# TYPE sieve:request_success_total counter\n";
