@@ -155,20 +155,20 @@ TEST(MatmulQ8, PortableDotAgreesWithDispatchedDot) {
         for (int64_t n_cols : {32, 96, 608}) {
             const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
             const auto w = random_weights(rng, type, 1, n_cols);
-            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes)), xq(static_cast<size_t>(4 * s.stride_bytes));
+            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes)), xq(static_cast<size_t>(4 * s.act_stride_bytes));
             cpu::q8::unpack_weight(type, w.bytes.data(), s, wq.data());
             const auto x = random_values(rng, static_cast<size_t>(4 * n_cols));
             const uint8_t *acts[4];
             for (int t = 0; t < 4; ++t) {
-                cpu::q8::quantize_act(x.data() + t * n_cols, s, xq.data() + t * s.stride_bytes);
-                acts[t] = xq.data() + t * s.stride_bytes;
+                cpu::q8::quantize_act(x.data() + t * n_cols, s, xq.data() + t * s.act_stride_bytes);
+                acts[t] = xq.data() + t * s.act_stride_bytes;
             }
             std::vector<float> row(static_cast<size_t>(n_cols));
             dequantize_row(type, w.bytes.data(), row.data(), n_cols);
             for (int n_act = 1; n_act <= 4; ++n_act) {
                 float a[4], b[4], c[4];
-                cpu::q8::dot(wq.data(), acts, n_act, s, a);
-                cpu::q8::dot_portable(wq.data(), acts, n_act, s, b);
+                cpu::q8::dot(type, wq.data(), acts, n_act, s, a);
+                cpu::q8::dot_portable(type, wq.data(), acts, n_act, s, b);
                 const bool raw = cpu::q8::has_dot_raw(type);
                 if (raw) cpu::q8::dot_raw(type, w.bytes.data(), acts, n_act, s, c);
                 for (int t = 0; t < n_act; ++t) {

@@ -6,12 +6,13 @@
 //   2. A task decodes its weight rows once into per-thread scratch and
 //      multiplies them with every token of its token tile (prefill is matrix
 //      x matrix, not token by token).
-//   3. Two decodings: the 32-element block types go to q8 rows and an integer
-//      dot against activations quantized to 8 bits (matmul_q8.h); everything
-//      else (F16, BF16, K-quants) is dequantized to f32 and dotted in f32.
-//      F32 weights are used in place. With AVX-512 VNNI, Q4_0 / Q4_1 / Q8_0
-//      tiles of at most k_raw_max_tokens tokens (decode) skip the scratch and
-//      expand the GGUF blocks in registers.
+//   3. Two decodings: the 32-element block types, Q4_K, Q5_K and Q6_K go to
+//      q8 rows and an integer dot against activations quantized to 8 bits
+//      (matmul_q8.h); everything else (F16, BF16, Q2_K, Q3_K) is dequantized
+//      to f32 and dotted in f32, as is every type with ActPrecision::f32.
+//      F32 weights are used in place. With AVX-512 VNNI, tiles of at most
+//      k_raw_max_tokens tokens (decode) skip the scratch and expand the GGUF
+//      blocks in registers.
 //
 // Every output element is computed by one task in a fixed order, so results
 // do not depend on the number of threads.
@@ -84,12 +85,12 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
                      ThreadPool &pool) {
     const int64_t n_cols = ws[0].n_cols;
     const q8::RowShape s = q8::row_shape(n_cols);
-    uint8_t *act = grow(scratch().act, static_cast<size_t>(n_tokens * s.stride_bytes));
+    uint8_t *act = grow(scratch().act, static_cast<size_t>(n_tokens * s.act_stride_bytes));
     // Quantize the activations once, shared read-only by every task.
     const int64_t n_act_tasks = std::min<int64_t>(n_tokens, pool.n_threads() * 4);
     pool.run(n_act_tasks, [&](int64_t task, int) {
         for (int64_t t = task; t < n_tokens; t += n_act_tasks)
-            q8::quantize_act(x + t * n_cols, s, act + t * s.stride_bytes);
+            q8::quantize_act(x + t * n_cols, s, act + t * s.act_stride_bytes);
     });
     const bool decode = n_tokens <= k_raw_max_tokens;
     int64_t total_rows = 0;
@@ -133,7 +134,7 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
             for (int64_t t = t0; t < t1; t += 4) {
                 const int n_act = static_cast<int>(std::min<int64_t>(4, t1 - t));
                 const uint8_t *acts[4];
-                for (int j = 0; j < n_act; ++j) acts[j] = act + (t + j) * s.stride_bytes;
+                for (int j = 0; j < n_act; ++j) acts[j] = act + (t + j) * s.act_stride_bytes;
                 for (int64_t r = rb; r < rb1; ++r) {
                     float out[4];
                     if (raw) {
@@ -141,7 +142,7 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
                             prefetch_row(base + (r + k_prefetch_rows) * w.row_bytes, w.row_bytes);
                         q8::dot_raw(w.type, base + r * w.row_bytes, acts, n_act, s, out);
                     } else {
-                        q8::dot(tile + (r - rb) * s.stride_bytes, acts, n_act, s, out);
+                        q8::dot(w.type, tile + (r - rb) * s.stride_bytes, acts, n_act, s, out);
                     }
                     for (int j = 0; j < n_act; ++j) y[(t + j) * w.n_rows + r] = out[j];
                 }

@@ -25,23 +25,26 @@ inline float load_f16(const uint8_t *p) {
     return fp16_to_fp32(h);
 }
 
+// `half` exists in activation rows only (matmul_q8.h).
 struct RowParts {
     uint8_t *bytes;
     float *scale;
     float *aux;
+    float *half;
 };
 inline RowParts parts(uint8_t *row, const RowShape &s) {
     float *scale = reinterpret_cast<float *>(row + s.n_pad * k_block);
-    return {row, scale, scale + s.n_pad};
+    return {row, scale, scale + s.n_pad, scale + 2 * s.n_pad};
 }
 struct ConstRowParts {
     const uint8_t *bytes;
     const float *scale;
     const float *aux;
+    const float *half;
 };
 inline ConstRowParts parts(const uint8_t *row, const RowShape &s) {
     const float *scale = reinterpret_cast<const float *>(row + s.n_pad * k_block);
-    return {row, scale, scale + s.n_pad};
+    return {row, scale, scale + s.n_pad, scale + 2 * s.n_pad};
 }
 
 // The low nibbles of 16 bytes are elements 0..15 of a block, the high nibbles 16..31.
@@ -86,7 +89,8 @@ bool supports(GgmlType t) {
         case GgmlType::Q5_1:
         case GgmlType::Q8_0:
         case GgmlType::Q4_K:
-        case GgmlType::Q5_K: return true;
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K: return true;
         default: return false;
     }
 }
@@ -96,6 +100,7 @@ RowShape row_shape(int64_t n_cols) {
     s.n_blocks = n_cols / k_block;
     s.n_pad = (s.n_blocks + 1) / 2 * 2;
     s.stride_bytes = (s.n_pad * (k_block + 8) + 63) / 64 * 64;
+    s.act_stride_bytes = (s.n_pad * (k_block + 16) + 63) / 64 * 64;
     return s;
 }
 
@@ -117,8 +122,11 @@ void quantize_act(const float *x, const RowShape &s, uint8_t *dst) {
         const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, vinv), 0));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(p.bytes + b * k_block), _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(p.bytes + b * k_block + 16), _mm512_cvtepi32_epi8(q1));
+        const int32_t h0 = _mm512_reduce_add_epi32(q0), h1 = _mm512_reduce_add_epi32(q1);
         p.scale[b] = e;
-        p.aux[b] = e * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        p.aux[b] = e * static_cast<float>(h0 + h1);
+        p.half[2 * b] = e * static_cast<float>(h0);
+        p.half[2 * b + 1] = e * static_cast<float>(h1);
     }
 #endif
     for (; b < s.n_blocks; ++b) {
@@ -128,19 +136,22 @@ void quantize_act(const float *x, const RowShape &s, uint8_t *dst) {
         const float e = amax / 127.0f;
         const float inv = e > 0.0f ? 1.0f / e : 0.0f;
         int8_t *q = reinterpret_cast<int8_t *>(p.bytes + b * k_block);
-        int32_t sum = 0;
+        int32_t sum[2] = {0, 0};
         for (int j = 0; j < k_block; ++j) {
             const int v = static_cast<int>(std::nearbyint(xb[j] * inv));
             q[j] = static_cast<int8_t>(v);
-            sum += v;
+            sum[j / 16] += v;
         }
         p.scale[b] = e;
-        p.aux[b] = e * static_cast<float>(sum);
+        p.aux[b] = e * static_cast<float>(sum[0] + sum[1]);
+        p.half[2 * b] = e * static_cast<float>(sum[0]);
+        p.half[2 * b + 1] = e * static_cast<float>(sum[1]);
     }
     for (b = s.n_blocks; b < s.n_pad; ++b) {
         std::memset(p.bytes + b * k_block, 0, k_block);
         p.scale[b] = 0.0f;
         p.aux[b] = 0.0f;
+        p.half[2 * b] = p.half[2 * b + 1] = 0.0f;
     }
 }
 
@@ -190,12 +201,30 @@ void unpack_k_quant(GgmlType type, const uint8_t *in, const RowParts &p, int64_t
         }
     }
 }
+
+// Q6_K (quant/blocks.h) -> u in element order and dsc_j = d * sc_j (exact).
+void unpack_q6_k(const uint8_t *in, const RowParts &p, int64_t n_blocks) {
+    for (int64_t sb = 0; sb < n_blocks / 8; ++sb) {
+        const uint8_t *blk = in + sb * 210;
+        const float d = load_f16(blk + 208);
+        for (int j = 0; j < 16; ++j) p.scale[sb * 16 + j] = d * static_cast<float>(static_cast<int8_t>(blk[192 + j]));
+        uint8_t *u = p.bytes + sb * 256;
+        for (int h = 0; h < 2; ++h)
+            for (int sub = 0; sub < 4; ++sub)
+                for (int l = 0; l < 32; ++l) {
+                    const int lo = (blk[64 * h + 32 * (sub % 2) + l] >> (4 * (sub / 2))) & 0x0f;
+                    const int hi = (blk[128 + 32 * h + l] >> (2 * sub)) & 3;
+                    u[128 * h + 32 * sub + l] = static_cast<uint8_t>(lo | hi << 4);
+                }
+    }
+}
 }  // namespace
 
 void unpack_weight(GgmlType type, const void *src, const RowShape &s, uint8_t *dst) {
     if (unpack_weight_simd(type, src, s, dst)) return;
     RowParts p = parts(dst, s);
     const uint8_t *in = static_cast<const uint8_t *>(src);
+    if (type == GgmlType::Q6_K) return unpack_q6_k(in, p, s.n_blocks);  // n_pad == n_blocks: no pad blocks
     if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) {
         unpack_k_quant(type, in, p, s.n_blocks);
         for (int64_t b = s.n_blocks; b < s.n_pad; ++b) {
@@ -312,11 +341,19 @@ struct UnpackedSrc {
 
 // Weights read straight from the GGUF blocks (no scratch round trip): the
 // f16 scales of 16 blocks come in with one gather of the 4 bytes at each
-// block start (d, and m for Q4_1), the quants are expanded in registers.
+// block start (d, and m for Q4_1 / Q5_1), the quants are expanded in registers.
 template <GgmlType T>
 struct RawSrc {
-    static constexpr int64_t k_size = T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : 34;
-    static constexpr int64_t k_qs = T == GgmlType::Q4_1 ? 4 : 2;
+    static constexpr bool k_q5 = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+    static constexpr bool k_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;  // c = m stored
+    static constexpr int64_t k_size = T == GgmlType::Q4_0   ? 18
+                                      : T == GgmlType::Q4_1 ? 20
+                                      : T == GgmlType::Q5_0 ? 22
+                                      : T == GgmlType::Q5_1 ? 24
+                                                            : 34;
+    static constexpr int64_t k_qh = k_min ? 4 : 2;           // Q5: offset of the 32-bit fifth-bit word
+    static constexpr int64_t k_qs = k_qh + (k_q5 ? 4 : 0);  // offset of the quants
+    static constexpr float k_offset = T == GgmlType::Q4_0 ? -8.0f : T == GgmlType::Q5_0 ? -16.0f : -128.0f;
     const uint8_t *row;
     int64_t n_blocks;
 
@@ -327,10 +364,10 @@ struct RawSrc {
                                                 _mm512_set1_epi32(static_cast<int>(k_size)));
         const __m512i head = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), real, offs, row + g * k_size, 1);
         *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
-        if constexpr (T == GgmlType::Q4_1)
+        if constexpr (k_min)
             *c = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
         else
-            *c = _mm512_mul_ps(*d, _mm512_set1_ps(T == GgmlType::Q4_0 ? -8.0f : -128.0f));
+            *c = _mm512_mul_ps(*d, _mm512_set1_ps(k_offset));
     }
     __m512i pair(int64_t b) const {
         const uint8_t *b0 = row + b * k_size;
@@ -350,14 +387,70 @@ struct RawSrc {
             const __m512i q = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
             const __m512i dup = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0), q);
             const __m512i v = _mm512_mask_blend_epi64(0xcc, dup, _mm512_srli_epi16(dup, 4));
-            return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+            const __m512i nib = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+            if constexpr (!k_q5) {
+                return nib;
+            } else {
+                // Bit j of the two qh words (block 0 low, block 1 high) is
+                // byte j's fifth bit: one masked add of 16.
+                uint32_t h0 = 0, h1 = 0;
+                std::memcpy(&h0, b0 + k_qh, 4);
+                if (two) std::memcpy(&h1, b0 + k_size + k_qh, 4);
+                const __mmask64 k = static_cast<__mmask64>(h0) | static_cast<__mmask64>(h1) << 32;
+                return _mm512_mask_add_epi8(nib, k, nib, _mm512_set1_epi8(0x10));
+            }
         }
     }
 };
 
+// Q4_K / Q5_K read in place: each 32-element sub-block is one q8 block
+// (unpack_k_quant). A group of 16 blocks is two super-blocks; n_blocks is a
+// multiple of 8, so every pair lies inside one super-block.
 template <GgmlType T>
-void unpack_raw(const uint8_t *row, const RowShape &s, uint8_t *dst) {
-    const RawSrc<T> src{row, s.n_blocks};
+struct KRawSrc {
+    static constexpr bool k_q5 = T == GgmlType::Q5_K;
+    static constexpr int64_t k_size = k_q5 ? 176 : 144;
+    static constexpr int64_t k_qs = k_q5 ? 48 : 16;
+    const uint8_t *row;
+    int64_t n_blocks;
+
+    void scales(int64_t g, __mmask16, __m512 *d, __m512 *c) const {
+        alignas(64) float ds[16] = {}, cs[16] = {};
+        for (int64_t h = 0; h < 2 && g + 8 * h < n_blocks; ++h) {
+            const uint8_t *blk = row + (g / 8 + h) * k_size;
+            const float dd = load_f16(blk), dmin = load_f16(blk + 2);
+            for (int j = 0; j < 8; ++j) {
+                uint8_t sc, mn;
+                k_quant_scale_min(j, blk + 4, &sc, &mn);
+                ds[8 * h + j] = dd * static_cast<float>(sc);
+                cs[8 * h + j] = -(dmin * static_cast<float>(mn));
+            }
+        }
+        *d = _mm512_load_ps(ds);
+        *c = _mm512_load_ps(cs);
+    }
+    __m512i pair(int64_t b) const {
+        const uint8_t *blk = row + b / 8 * k_size;
+        const int j = static_cast<int>(b % 8);  // even: sub-blocks j, j + 1 = both nibbles of 32 bytes
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + k_qs + 16 * j));
+        const __m256i nib = _mm256_set1_epi8(0x0f);
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, nib)),
+                                             _mm256_and_si256(_mm256_srli_epi16(q, 4), nib), 1);
+        if constexpr (!k_q5) {
+            return v;
+        } else {
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 16));
+            const __mmask64 k =
+                static_cast<__mmask64>(_mm256_test_epi8_mask(h, _mm256_set1_epi8(static_cast<char>(1 << j)))) |
+                static_cast<__mmask64>(_mm256_test_epi8_mask(h, _mm256_set1_epi8(static_cast<char>(1 << (j + 1)))))
+                    << 32;
+            return _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10));
+        }
+    }
+};
+
+template <class Src>
+void unpack_raw(const Src &src, const RowShape &s, uint8_t *dst) {
     RowParts p = parts(dst, s);
     for (int64_t g = 0; g < s.n_pad; g += 16) {
         const int64_t n_g = s.n_pad - g < 16 ? s.n_pad - g : 16;
@@ -377,6 +470,92 @@ void dot_dispatch(const Src &src, const uint8_t *const *acts, int n_act, const R
         case 2: return dot_vnni<2>(src, acts, s, out);
         case 3: return dot_vnni<3>(src, acts, s, out);
         case 4: return dot_vnni<4>(src, acts, s, out);
+        default: SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
+    }
+}
+
+// Q6_K, one super-block (256 elements, 16 sub-blocks of 16) at a time. Src
+// gives dsc (16 lanes: d * sc_j) and u as four vectors of 64 elements; in
+// vector v, 32-bit lane l of a vpdpbusd is sub-block 4 v + l / 4 and
+// activation block 2 v + l / 8, so its scale is lane 4 v + l / 4 of
+// dsc * (e of each sub-block's activation block).
+template <int NT, class Src>
+void dot_q6_vnni(const Src &w, const uint8_t *const *acts, const RowShape &s, float *out) {
+    ConstRowParts a[NT];
+    for (int t = 0; t < NT; ++t) a[t] = parts(acts[t], s);
+    __m512 acc[NT], corr[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = corr[t] = _mm512_setzero_ps();
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int64_t sb = 0; sb < s.n_blocks / 8; ++sb) {
+        __m512 dsc;
+        __m512i u[4];
+        w.load(sb, &dsc, u);
+        for (int t = 0; t < NT; ++t) {
+            const __m512 e = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(a[t].scale + 8 * sb)));
+            const __m512 sc = _mm512_mul_ps(dsc, e);
+            corr[t] = _mm512_fmadd_ps(dsc, _mm512_loadu_ps(a[t].half + 16 * sb), corr[t]);
+            const uint8_t *x = a[t].bytes + 256 * sb;
+            for (int v = 0; v < 4; ++v) {
+                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[v],
+                                                      _mm512_loadu_si512(x + 64 * v));
+                const __m512i idx = _mm512_add_epi32(quarter, _mm512_set1_epi32(4 * v));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, sc), acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_fmadd_ps(corr[t], _mm512_set1_ps(-32.0f), acc[t]));
+}
+
+// Q6_K straight from the GGUF blocks. Per half of 128 elements: 64 bytes of
+// ql give sub-blocks 0-1 (low nibbles) and 2-3 (high nibbles); 32 bytes of qh
+// give their top two bits at bit pairs 0, 2, 4, 6. [qh, qh >> 2] lines up the
+// pairs of sub-blocks 0 / 1 at bits 0-1 and those of 2 / 3 at bits 4-5.
+struct Q6RawSrc {
+    const uint8_t *row;
+    void load(int64_t sb, __m512 *dsc, __m512i *u) const {
+        const uint8_t *blk = row + sb * 210;
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192))));
+        *dsc = _mm512_mul_ps(sc, _mm512_set1_ps(load_f16(blk + 208)));
+        const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+        for (int h = 0; h < 2; ++h) {
+            const __m512i l = _mm512_loadu_si512(blk + 64 * h);
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 128 + 32 * h));
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+            u[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m0f), _mm512_and_si512(_mm512_slli_epi16(hh, 4), m30));
+            u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m0f), _mm512_and_si512(hh, m30));
+        }
+    }
+};
+
+// Q6_K already unpacked (unpack_q6_k's layout).
+struct Q6UnpackedSrc {
+    ConstRowParts w;
+    void load(int64_t sb, __m512 *dsc, __m512i *u) const {
+        *dsc = _mm512_loadu_ps(w.scale + 16 * sb);
+        for (int v = 0; v < 4; ++v) u[v] = _mm512_loadu_si512(w.bytes + 256 * sb + 64 * v);
+    }
+};
+
+void unpack_q6_raw(const uint8_t *row, const RowShape &s, uint8_t *dst) {
+    const Q6RawSrc src{row};
+    RowParts p = parts(dst, s);
+    for (int64_t sb = 0; sb < s.n_blocks / 8; ++sb) {
+        __m512 dsc;
+        __m512i u[4];
+        src.load(sb, &dsc, u);
+        _mm512_storeu_ps(p.scale + 16 * sb, dsc);
+        for (int v = 0; v < 4; ++v) _mm512_storeu_si512(p.bytes + 256 * sb + 64 * v, u[v]);
+    }
+}
+
+template <class Src>
+void dot_q6_dispatch(const Src &src, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+    switch (n_act) {
+        case 1: return dot_q6_vnni<1>(src, acts, s, out);
+        case 2: return dot_q6_vnni<2>(src, acts, s, out);
+        case 3: return dot_q6_vnni<3>(src, acts, s, out);
+        case 4: return dot_q6_vnni<4>(src, acts, s, out);
         default: SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
     }
 }
@@ -404,13 +583,40 @@ inline int32_t block_dot(const uint8_t *u, const int8_t *q) {
 #endif
 }
 
+// Q6_K sub-block of 16: exact int32 dot.
+inline int32_t half_dot(const uint8_t *u, const int8_t *q) {
+#if defined(__AVX2__)
+    const __m256i p = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(u))),
+                                        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q))));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    return _mm_cvtsi128_si32(s4);
+#else
+    int32_t sum = 0;
+    for (int j = 0; j < 16; ++j) sum += static_cast<int32_t>(u[j]) * q[j];
+    return sum;
+#endif
+}
+
 }  // namespace
 
-void dot_portable(const uint8_t *wrow, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+void dot_portable(GgmlType type, const uint8_t *wrow, const uint8_t *const *acts, int n_act, const RowShape &s,
+                  float *out) {
     const ConstRowParts w = parts(wrow, s);
     for (int t = 0; t < n_act; ++t) {
         const ConstRowParts a = parts(acts[t], s);
         float acc = 0.0f, corr = 0.0f;
+        if (type == GgmlType::Q6_K) {
+            // w.scale holds dsc for 2 n_blocks sub-blocks of 16 (matmul_q8.h).
+            for (int64_t j = 0; j < 2 * s.n_blocks; ++j) {
+                const int32_t d = half_dot(w.bytes + j * 16, reinterpret_cast<const int8_t *>(a.bytes + j * 16));
+                acc += w.scale[j] * a.scale[j / 2] * static_cast<float>(d);
+                corr += w.scale[j] * a.half[j];
+            }
+            out[t] = acc - 32.0f * corr;
+            continue;
+        }
         for (int64_t b = 0; b < s.n_blocks; ++b) {
             const int32_t d = block_dot(w.bytes + b * k_block, reinterpret_cast<const int8_t *>(a.bytes + b * k_block));
             acc += w.scale[b] * a.scale[b] * static_cast<float>(d);
@@ -420,12 +626,13 @@ void dot_portable(const uint8_t *wrow, const uint8_t *const *acts, int n_act, co
     }
 }
 
-void dot(const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+void dot(GgmlType type, const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
 #if SIEVE_Q8_VNNI
+    if (type == GgmlType::Q6_K) return dot_q6_dispatch(Q6UnpackedSrc{parts(w, s)}, acts, n_act, s, out);
     dot_dispatch(UnpackedSrc{parts(w, s)}, acts, n_act, s, out);
 #else
     SIEVE_CHECKF(n_act >= 1 && n_act <= 4, "n_act = %d, expected 1..4", n_act);
-    dot_portable(w, acts, n_act, s, out);
+    dot_portable(type, w, acts, n_act, s, out);
 #endif
 }
 
@@ -433,13 +640,23 @@ namespace {
 bool unpack_weight_simd(GgmlType type, const void *src, const RowShape &s, uint8_t *dst) {
 #if SIEVE_Q8_VNNI
     const uint8_t *row = static_cast<const uint8_t *>(src);
+    const int64_t n = s.n_blocks;
     switch (type) {
-        case GgmlType::Q4_0: unpack_raw<GgmlType::Q4_0>(row, s, dst); return true;
-        case GgmlType::Q4_1: unpack_raw<GgmlType::Q4_1>(row, s, dst); return true;
-        case GgmlType::Q8_0: unpack_raw<GgmlType::Q8_0>(row, s, dst); return true;
+        case GgmlType::Q4_0: unpack_raw(RawSrc<GgmlType::Q4_0>{row, n}, s, dst); return true;
+        case GgmlType::Q4_1: unpack_raw(RawSrc<GgmlType::Q4_1>{row, n}, s, dst); return true;
+        case GgmlType::Q5_0: unpack_raw(RawSrc<GgmlType::Q5_0>{row, n}, s, dst); return true;
+        case GgmlType::Q5_1: unpack_raw(RawSrc<GgmlType::Q5_1>{row, n}, s, dst); return true;
+        case GgmlType::Q8_0: unpack_raw(RawSrc<GgmlType::Q8_0>{row, n}, s, dst); return true;
+        case GgmlType::Q4_K: unpack_raw(KRawSrc<GgmlType::Q4_K>{row, n}, s, dst); return true;
+        case GgmlType::Q5_K: unpack_raw(KRawSrc<GgmlType::Q5_K>{row, n}, s, dst); return true;
+        case GgmlType::Q6_K: unpack_q6_raw(row, s, dst); return true;
         default: return false;
     }
 #else
+    (void)type;
+    (void)src;
+    (void)s;
+    (void)dst;
     return false;
 #endif
 }
@@ -447,8 +664,9 @@ bool unpack_weight_simd(GgmlType type, const void *src, const RowShape &s, uint8
 
 bool has_dot_raw(GgmlType t) {
 #if SIEVE_Q8_VNNI
-    return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0;
+    return supports(t);
 #else
+    (void)t;
     return false;
 #endif
 }
@@ -456,12 +674,24 @@ bool has_dot_raw(GgmlType t) {
 void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
 #if SIEVE_Q8_VNNI
     const uint8_t *row = static_cast<const uint8_t *>(w);
+    const int64_t n = s.n_blocks;
     switch (type) {
-        case GgmlType::Q4_0: return dot_dispatch(RawSrc<GgmlType::Q4_0>{row, s.n_blocks}, acts, n_act, s, out);
-        case GgmlType::Q4_1: return dot_dispatch(RawSrc<GgmlType::Q4_1>{row, s.n_blocks}, acts, n_act, s, out);
-        case GgmlType::Q8_0: return dot_dispatch(RawSrc<GgmlType::Q8_0>{row, s.n_blocks}, acts, n_act, s, out);
+        case GgmlType::Q4_0: return dot_dispatch(RawSrc<GgmlType::Q4_0>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q4_1: return dot_dispatch(RawSrc<GgmlType::Q4_1>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q5_0: return dot_dispatch(RawSrc<GgmlType::Q5_0>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q5_1: return dot_dispatch(RawSrc<GgmlType::Q5_1>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q8_0: return dot_dispatch(RawSrc<GgmlType::Q8_0>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q4_K: return dot_dispatch(KRawSrc<GgmlType::Q4_K>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q5_K: return dot_dispatch(KRawSrc<GgmlType::Q5_K>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q6_K: return dot_q6_dispatch(Q6RawSrc{row}, acts, n_act, s, out);
         default: break;
     }
+#else
+    (void)w;
+    (void)acts;
+    (void)n_act;
+    (void)s;
+    (void)out;
 #endif
     SIEVE_CHECKF(false, "dot_raw: no direct path for %s (check has_dot_raw first)", type_name(type));
 }

@@ -1,5 +1,6 @@
 // Integer-dot matmul path for the 32-element block types (Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0). Private to kernels/cpu; matmul.cpp drives it.
+// Q5_1, Q8_0), Q4_K / Q5_K (sub-blocks of 32) and Q6_K (sub-blocks of 16).
+// Private to kernels/cpu; matmul.cpp drives it.
 //
 // Both operands are brought to one "q8 row" layout so a single dot kernel
 // serves every type:
@@ -14,8 +15,20 @@
 // vpdpbusd multiplies. Q4_0 has c = -8d, Q5_0 c = -16d, Q8_0 u = q + 128 and
 // c = -128d; Q4_1 and Q5_1 store c = m directly.
 //
-// Row layout (n_blocks padded to an even count; pad blocks are all zero):
+// Weight row layout (n_blocks padded to an even count; pad blocks are all zero):
 //   [ bytes: n_pad * 32 ][ scale: n_pad floats ][ aux: n_pad floats ] padded to 64 bytes
+// Activation rows add the half-block sums used by Q6_K (below):
+//   [ ... as above ... ][ half: 2 n_pad floats ] padded to 64 bytes
+// with half[2b + i] = e_b * (sum of q over elements 16 i .. 16 i + 15 of block b).
+//
+// Q6_K: w = d * sc_j * (u - 32), u in 0..63, sc_j int8 per sub-block j of 16.
+// Its sub-blocks are half a q8 block, so it has its own unpacked row:
+//   [ bytes: u in element order, n_cols ][ dsc: n_cols / 16 floats, d * sc_j ]
+// (the same stride; dsc starts where `scale` does and runs on into `aux`), and
+// its own dot:
+//   sum_c w[c] x[c] ~ sum_j dsc_j e_b(j) (sum_{c in j} u q) - 32 sum_j dsc_j half_j
+// Every weight is exact (f16 d times int8 sc is exact in f32), so the result
+// differs from the f32 path only by the 8-bit activation rounding.
 #pragma once
 
 #include <cstdint>
@@ -31,23 +44,26 @@ bool supports(GgmlType t);
 struct RowShape {
     int64_t n_blocks = 0;     // real blocks: n_cols / 32
     int64_t n_pad = 0;        // n_blocks rounded up to even
-    int64_t stride_bytes = 0; // bytes of one q8 row
+    int64_t stride_bytes = 0; // bytes of one q8 weight row
+    int64_t act_stride_bytes = 0; // bytes of one q8 activation row (with the half sums)
 };
 RowShape row_shape(int64_t n_cols);
 
-// Activations: one row of n_cols floats -> q8 row (round to nearest, scale amax/127).
+// Activations: one row of n_cols floats -> q8 activation row (round to
+// nearest, scale amax/127).
 void quantize_act(const float *x, const RowShape &s, uint8_t *dst);
-// Weights: one GGUF row of `type` -> q8 row.
+// Weights: one GGUF row of `type` -> q8 weight row (the Q6_K row for Q6_K).
 void unpack_weight(GgmlType type, const void *src, const RowShape &s, uint8_t *dst);
-// out[t] = dot(weight row, act row t) for t < n_act (1..4).
-void dot(const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out);
+// out[t] = dot(unpacked weight row of `type`, act row t) for t < n_act (1..4).
+void dot(GgmlType type, const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out);
 // Whether dot_raw can read `type`'s blocks directly (AVX-512 VNNI builds:
-// Q4_0, Q4_1, Q8_0). For a few tokens this skips the unpack to scratch.
+// every supported type). For a few tokens this skips the unpack to scratch.
 bool has_dot_raw(GgmlType t);
 // dot() with the weight row given as its raw GGUF blocks.
 void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out);
 // The same with a per-block int32 dot (AVX2 or plain C++): what dot() runs
 // without AVX-512 VNNI, and what tests compare the VNNI body with.
-void dot_portable(const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out);
+void dot_portable(GgmlType type, const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s,
+                  float *out);
 
 }  // namespace sieve::cpu::q8
