@@ -3,6 +3,7 @@
 // deferred reclamation and exhaustion (a Status, never a signal).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -314,6 +315,84 @@ TEST(KvLanes, CompactKeepsRowsInOrderAndFreesTheTail) {
     EXPECT_FALSE(kv.compact(0, 0, 0, unsorted, 2).ok());
     EXPECT_FALSE(kv.compact(0, 0, 0, out_of_range, 2).ok());
     EXPECT_EQ(kv.lane_n_tokens(0, 0, 0), 1001);
+}
+
+
+// 2 MiB pages take hugetlbfs pages where the system has some reserved
+// (/proc/sys/vm/nr_hugepages) and normal pages otherwise; the lanes behave
+// the same either way.
+TEST(KvLanes, TwoMiBPagesHugeOrNot) {
+    constexpr int64_t k_2m = int64_t{2} << 20;
+    const int64_t d = 64;  // 256-byte rows: 8192 per page
+    VAttentionKvOptions o = small_opts(1, d, 3 * 8192, 16, k_2m);
+    o.headroom_pages = 0;
+    auto kr = VAttentionKv::create(o);
+    ASSERT_TRUE(kr.ok()) << kr.status().message();
+    VAttentionKv &kv = **kr;
+    std::printf("2 MiB KV pages: %s\n", kv.pool().huge_pages() ? "hugetlbfs" : "normal pages (none reserved)");
+    const int64_t rows = 8192 + 777;  // two pages per lane
+    ASSERT_TRUE(kv.reserve(0, rows).ok());
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    std::vector<float> want(static_cast<size_t>(rows * d));
+    for (float &x : want) x = u(rng);
+    for (int64_t l = 0; l < 2; ++l)
+        for (int64_t h = 0; h < 2; ++h) {
+            std::memcpy(kv.k_lane(0, l, h), want.data(), want.size() * sizeof(float));
+            for (int64_t i = 0; i < rows * d; ++i) kv.v_lane(0, l, h)[i] = -want[static_cast<size_t>(i)];
+        }
+    kv.set_n_tokens(0, rows);
+    for (int64_t l = 0; l < 2; ++l)
+        for (int64_t h = 0; h < 2; ++h) {
+            EXPECT_EQ(std::memcmp(kv.k_lane(0, l, h), want.data(), want.size() * sizeof(float)), 0);
+            EXPECT_EQ(kv.v_lane(0, l, h)[rows * d - 1], -want.back());
+        }
+    EXPECT_EQ(kv.seq_mapped_bytes(0), 8 * 2 * k_2m);
+    EXPECT_TRUE(kv.check_accounting().ok());
+    kv.release(0);
+    EXPECT_EQ(kv.pool().n_free(), kv.pool().n_pages());
+}
+
+// A 2 MiB pool larger than the huge pages the system has: pages past them
+// fail to allocate with a status naming the cause (never SIGBUS at first
+// touch), and everything allocated goes back. Without reserved huge pages
+// the pool is ordinary memory and every page allocates.
+TEST(KvPagePool, MoreTwoMiBPagesThanTheSystemHas) {
+    constexpr int64_t k_2m = int64_t{2} << 20;
+    int64_t free_huge = 0;
+    if (FILE *f = std::fopen("/proc/meminfo", "r")) {
+        char line[256];
+        while (std::fgets(line, sizeof line, f))
+            if (std::sscanf(line, "HugePages_Free: %ld", &free_huge) == 1) break;
+        std::fclose(f);
+    }
+    PagePoolOptions o;
+    o.page_bytes = k_2m;
+    o.budget_bytes = (free_huge + 3) * k_2m;
+    auto pr = PagePool::create(o);
+    ASSERT_TRUE(pr.ok()) << pr.status().message();
+    PagePool &pool = **pr;
+    std::vector<int32_t> got;
+    Status last;
+    for (int64_t i = 0; i < pool.n_pages(); ++i) {
+        Result<int32_t> p = pool.alloc();
+        if (!p.ok()) {
+            last = p.status();
+            break;
+        }
+        got.push_back(*p);
+    }
+    if (pool.huge_pages()) {
+        ASSERT_FALSE(last.ok()) << "all " << pool.n_pages() << " huge pages allocated with " << free_huge << " free";
+        EXPECT_NE(last.message().find("cannot back page"), std::string::npos) << last.message();
+        EXPECT_GE(static_cast<int64_t>(got.size()), 1);
+    } else {
+        EXPECT_TRUE(last.ok()) << last.message();
+        EXPECT_EQ(static_cast<int64_t>(got.size()), pool.n_pages());
+    }
+    for (int32_t p : got) pool.release(p);
+    EXPECT_EQ(pool.n_free(), pool.n_pages());
+    EXPECT_TRUE(pool.check_accounting().ok());
 }
 
 }  // namespace
