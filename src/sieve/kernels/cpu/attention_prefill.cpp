@@ -1,20 +1,37 @@
 // Causal GQA prefill attention over contiguous per-KV-head lanes.
 //
 // FlashAttention-2 (Dao 2023, §3.1: queries outer, keys inner, online
-// softmax): a task is (query head, tile of k_q_tile queries). It walks key
-// tiles up to the last key its last query can see; each query row keeps a
-// running max m, a running sum l of exp(s - m) and an unnormalized output
-// accumulator, rescaled by exp(m_old - m_new) whenever the max grows. The
-// tile's keys and values stay in cache while every query row of the tile
-// uses them.
+// softmax), with the query rows laid along the SIMD lanes.
 //
-//   keys  0 ........................ q_pos0+i0 ......... q_pos0+i1-1
-//   query i0      sees [0, q_pos0+i0]
-//   query i1-1    sees [0, q_pos0+i1-1]          (key tiles past that: skipped)
+// Rows. The g = n_head / n_head_kv query heads that share a KV head are
+// processed together: for KV head kvh the "rows" are (query i, head in group
+// gi) in the order row = i * g + gi, so one K/V tile serves all of them and
+// the causal limit grows monotonically with the row. A task is (KV head,
+// block of k_rb consecutive rows); tasks are independent, so the result does
+// not depend on the number of threads.
+//
+// Layout. Everything per row is a vector over the rows of the block:
+//   qt[c][r]  the block's queries, transposed and pre-scaled      [d][k_rb]
+//   s[j][r]   scores, then probabilities, of one key tile          [k_kt][k_rb]
+//   ot[c][r]  unnormalized output accumulator                      [d][k_rb]
+//   m[r], l[r] running max and sum of exp(s - m)
+// so the softmax (max over keys, exp, sums, the rescale by exp(m_old - m_new))
+// is vertical vector arithmetic with no horizontal reductions, and K and V
+// are read in place: each element K[j][c] (V[j][c]) is broadcast and
+// multiplied with a vector of rows.
+//
+// Micro-kernels (register blocks of accumulators):
+//   S = Q K^T:  acc[k_jb keys][k_rv row vectors] += bcast(K[j][c]) * qt[c][rows]
+//   O += P V:   acc[k_cb dims][k_rv row vectors] += bcast(V[j][c]) * s[j][rows]
+//
+// Causality. Row r (query i) sees keys [0, q_pos0 + i]. A block walks key
+// tiles up to the last key its last row sees; only tiles past the first row's
+// limit (at most two per block) are masked, lane by lane.
 //
 // lse = m + log l is the log of sum exp(scale * q.k) over visible keys.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/attention_args.h"
@@ -25,8 +42,194 @@ namespace sieve::cpu {
 
 namespace {
 
-constexpr int64_t k_q_tile = 32;
-constexpr int64_t k_kv_tile = 64;
+// ---------------------------------------------------------------------------
+// A minimal vector of W floats per ISA, plus the block sizes that fill its
+// register file: k_jb * k_rv (and k_cb * k_rv) accumulators, leaving room for
+// the k_rv row vectors and a broadcast.
+
+#if defined(__AVX512F__)
+constexpr int W = 16;
+using V = __m512;
+inline V vzero() { return _mm512_setzero_ps(); }
+inline V vload(const float *p) { return _mm512_load_ps(p); }
+inline void vstore(float *p, V x) { _mm512_store_ps(p, x); }
+inline V vset1(float x) { return _mm512_set1_ps(x); }
+inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
+inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V vexp_neg(V x) { return simd::exp_neg(x); }
+// x where idx <= lim, -inf elsewhere.
+inline V vmask_gt(V x, V idx, V lim) {
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(idx, lim, _CMP_GT_OQ), _mm512_set1_ps(-INFINITY));
+}
+constexpr int k_rv = 3, k_jb = 8, k_cb = 8;
+#elif defined(__AVX2__)
+constexpr int W = 8;
+using V = __m256;
+inline V vzero() { return _mm256_setzero_ps(); }
+inline V vload(const float *p) { return _mm256_load_ps(p); }
+inline void vstore(float *p, V x) { _mm256_store_ps(p, x); }
+inline V vset1(float x) { return _mm256_set1_ps(x); }
+inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
+inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+// e^x for x <= 0 as simd::exp_neg, with 2^n built in the exponent field; the
+// clamp at -87 keeps n >= -126 (a normal float), e^-87 ~ 1.6e-38 counts as 0
+// next to the row's maximum term, which is 1.
+inline V vexp_neg(V x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const V n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    V p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+inline V vmask_gt(V x, V idx, V lim) {
+    return _mm256_blendv_ps(x, _mm256_set1_ps(-INFINITY), _mm256_cmp_ps(idx, lim, _CMP_GT_OQ));
+}
+constexpr int k_rv = 2, k_jb = 4, k_cb = 4;
+#else
+constexpr int W = 4;
+struct V {
+    float x[W];
+};
+inline V vmap2(V a, V b, float (*f)(float, float)) {
+    V r;
+    for (int i = 0; i < W; ++i) r.x[i] = f(a.x[i], b.x[i]);
+    return r;
+}
+inline V vzero() { return V{}; }
+inline V vload(const float *p) {
+    V r;
+    for (int i = 0; i < W; ++i) r.x[i] = p[i];
+    return r;
+}
+inline void vstore(float *p, V a) {
+    for (int i = 0; i < W; ++i) p[i] = a.x[i];
+}
+inline V vset1(float s) {
+    V r;
+    for (int i = 0; i < W; ++i) r.x[i] = s;
+    return r;
+}
+inline V vfma(V a, V b, V c) {
+    for (int i = 0; i < W; ++i) c.x[i] += a.x[i] * b.x[i];
+    return c;
+}
+inline V vmax(V a, V b) { return vmap2(a, b, [](float p, float q) { return std::max(p, q); }); }
+inline V vsub(V a, V b) { return vmap2(a, b, [](float p, float q) { return p - q; }); }
+inline V vadd(V a, V b) { return vmap2(a, b, [](float p, float q) { return p + q; }); }
+inline V vmul(V a, V b) { return vmap2(a, b, [](float p, float q) { return p * q; }); }
+inline V vexp_neg(V a) {
+    for (int i = 0; i < W; ++i) a.x[i] = std::exp(a.x[i]);
+    return a;
+}
+inline V vmask_gt(V a, V idx, V lim) {
+    for (int i = 0; i < W; ++i)
+        if (idx.x[i] > lim.x[i]) a.x[i] = -INFINITY;
+    return a;
+}
+constexpr int k_rv = 1, k_jb = 4, k_cb = 4;
+#endif
+
+constexpr int64_t k_rb = k_rv * W;  // rows per task
+constexpr int64_t k_kt = 64;        // keys per tile
+
+// s[jj][0..NV*W) = qt^T k_jj for NJ keys k (rows of a lane, stride d).
+template <int NV, int NJ>
+inline void qk_block(const float *qt, const float *k, int64_t d, float *s) {
+    V acc[NJ][NV];
+    for (int j = 0; j < NJ; ++j)
+        for (int v = 0; v < NV; ++v) acc[j][v] = vzero();
+    for (int64_t c = 0; c < d; ++c) {
+        V q[NV];
+        for (int v = 0; v < NV; ++v) q[v] = vload(qt + c * k_rb + v * W);
+        for (int j = 0; j < NJ; ++j) {
+            const V kb = vset1(k[j * d + c]);
+            for (int v = 0; v < NV; ++v) acc[j][v] = vfma(kb, q[v], acc[j][v]);
+        }
+    }
+    for (int j = 0; j < NJ; ++j)
+        for (int v = 0; v < NV; ++v) vstore(s + j * k_rb + v * W, acc[j][v]);
+}
+
+// ot[c0 + cc][rows] = ot[c0 + cc][rows] * alpha + sum_j vrows[j][c0 + cc] * p[j][rows], cc < NC.
+template <int NV, int NC>
+inline void pv_block(float *ot, const V *alpha, const float *p, const float *vrows, int64_t nk, int64_t d) {
+    V acc[NC][NV];
+    for (int cc = 0; cc < NC; ++cc)
+        for (int v = 0; v < NV; ++v) acc[cc][v] = vmul(vload(ot + cc * k_rb + v * W), alpha[v]);
+    for (int64_t j = 0; j < nk; ++j) {
+        V pj[NV];
+        for (int v = 0; v < NV; ++v) pj[v] = vload(p + j * k_rb + v * W);
+        for (int cc = 0; cc < NC; ++cc) {
+            const V vb = vset1(vrows[j * d + cc]);
+            for (int v = 0; v < NV; ++v) acc[cc][v] = vfma(vb, pj[v], acc[cc][v]);
+        }
+    }
+    for (int cc = 0; cc < NC; ++cc)
+        for (int v = 0; v < NV; ++v) vstore(ot + cc * k_rb + v * W, acc[cc][v]);
+}
+
+struct Block {
+    float *qt, *ot, *s, *m, *l;
+    float *rel;  // masked tiles: rel[r] = last key row r sees - k0, clamped to [-1, k_kt]
+};
+
+// One key tile [k0, k0 + nk) for the NV row vectors of a block.
+template <int NV>
+void tile(const Block &b, const float *k, const float *v, int64_t k0, int64_t nk, int64_t d, bool masked) {
+    int64_t j = 0;
+    for (; j + k_jb <= nk; j += k_jb) qk_block<NV, k_jb>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
+    for (; j < nk; ++j) qk_block<NV, 1>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
+    V alpha[NV];
+    for (int r = 0; r < NV; ++r) {
+        float *s = b.s + r * W;
+        if (masked) {
+            // key k0 + jj is visible to a row iff jj <= rel (small integers, exact in f32)
+            const V rel = vload(b.rel + r * W);
+            for (int64_t jj = 0; jj < nk; ++jj)
+                vstore(s + jj * k_rb, vmask_gt(vload(s + jj * k_rb), vset1(static_cast<float>(jj)), rel));
+        }
+        const V m_old = vload(b.m + r * W);
+        V mx = m_old;
+        for (int64_t jj = 0; jj < nk; ++jj) mx = vmax(mx, vload(s + jj * k_rb));
+        // every row sees key 0 in the first tile, so mx is finite from there on;
+        // on the first tile m_old = -inf and alpha = 0 (the accumulators are 0)
+        alpha[r] = vexp_neg(vsub(m_old, mx));
+        V sum = vzero();
+        for (int64_t jj = 0; jj < nk; ++jj) {
+            const V p = vexp_neg(vsub(vload(s + jj * k_rb), mx));
+            vstore(s + jj * k_rb, p);
+            sum = vadd(sum, p);
+        }
+        vstore(b.m + r * W, mx);
+        vstore(b.l + r * W, vfma(vload(b.l + r * W), alpha[r], sum));
+    }
+    int64_t c = 0;
+    for (; c + k_cb <= d; c += k_cb) pv_block<NV, k_cb>(b.ot + c * k_rb, alpha, b.s, v + k0 * d + c, nk, d);
+    for (; c < d; c += 4) pv_block<NV, 4>(b.ot + c * k_rb, alpha, b.s, v + k0 * d + c, nk, d);
+}
+
+using TileFn = void (*)(const Block &, const float *, const float *, int64_t, int64_t, int64_t, bool);
+
+template <int... NV>
+constexpr TileFn tile_fn(int nv, std::integer_sequence<int, NV...>) {
+    TileFn fns[] = {tile<NV + 1>...};
+    return fns[nv - 1];
+}
 
 // thread_local for the same reason as in matmul.cpp: persistent pool threads
 // keep their buffers, which only grow, so steady-state calls do not allocate.
@@ -40,46 +243,44 @@ float *prefill_scratch(int64_t n) {
 
 void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     attn_check_args(a, "attention_prefill");
-    const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
-    const int64_t n_q_tiles = (a.n_q + k_q_tile - 1) / k_q_tile;
-    pool.run(a.n_head * n_q_tiles, [&](int64_t task, int) {
-        const int64_t h = task / n_q_tiles;
-        const int64_t i0 = task % n_q_tiles * k_q_tile, i1 = std::min(i0 + k_q_tile, a.n_q);
-        const int64_t nt = i1 - i0;
-        const float *k = a.k[h / group], *v = a.v[h / group];
-        float *acc = prefill_scratch(k_q_tile * d + 2 * k_q_tile + k_kv_tile);
-        float *m = acc + k_q_tile * d, *l = m + k_q_tile, *s = l + k_q_tile;
-        std::fill(acc, acc + nt * d, 0.0f);
-        std::fill(m, m + nt, -INFINITY);
-        std::fill(l, l + nt, 0.0f);
-        const int64_t k_end = a.q_pos0 + i1;  // exclusive; <= n_kv by precondition
-        for (int64_t k0 = 0; k0 < k_end; k0 += k_kv_tile) {
-            const int64_t k1 = std::min(k0 + k_kv_tile, k_end);
-            for (int64_t i = i0; i < i1; ++i) {
-                const int64_t kk1 = std::min(k1, a.q_pos0 + i + 1);  // causal limit of row i
-                if (kk1 <= k0) continue;
-                const float *q = a.q + (i * a.n_head + h) * d;
-                float mx = -INFINITY;
-                for (int64_t j = k0; j < kk1; ++j) {
-                    s[j - k0] = a.scale * simd::dot(q, k + j * d, d);
-                    mx = std::max(mx, s[j - k0]);
-                }
-                const int64_t r = i - i0;
-                const float m_new = std::max(m[r], mx);
-                const float alpha = std::exp(m[r] - m_new);  // 0 on the first tile (m = -inf)
-                float *acc_r = acc + r * d;
-                const float sum = simd::exp_sub_sum(s, m_new, kk1 - k0);
-                simd::scale_axpy(acc_r, alpha, s[0], v + k0 * d, d);
-                for (int64_t j = k0 + 1; j < kk1; ++j) simd::scale_axpy(acc_r, 1.0f, s[j - k0], v + j * d, d);
-                m[r] = m_new;
-                l[r] = l[r] * alpha + sum;
-            }
+    const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
+    const int64_t n_rows = a.n_q * g;  // per KV head
+    const int64_t n_blocks = (n_rows + k_rb - 1) / k_rb;
+    // Blocks late in the sequence see the most keys: hand them out first so
+    // the short ones fill the gaps at the end.
+    pool.run(a.n_head_kv * n_blocks, [&](int64_t task, int) {
+        const int64_t kvh = task % a.n_head_kv, blk = n_blocks - 1 - task / a.n_head_kv;
+        const int64_t r0 = blk * k_rb, nr = std::min(k_rb, n_rows - r0);
+        const int nv = static_cast<int>((nr + W - 1) / W);
+        float *buf = prefill_scratch(2 * d * k_rb + k_kt * k_rb + 3 * k_rb);
+        float *tail = buf + 2 * d * k_rb + k_kt * k_rb;
+        const Block b{buf, buf + d * k_rb, buf + 2 * d * k_rb, tail, tail + k_rb, tail + 2 * k_rb};
+        int64_t lim[k_rb];  // last key row r sees
+        // Pack the rows' queries (pad rows: zero queries, the last row's limit; never stored).
+        for (int64_t r = 0; r < k_rb; ++r) {
+            const int64_t row = r0 + std::min(r, nr - 1), i = row / g, h = kvh * g + row % g;
+            const float *q = a.q + (i * a.n_head + h) * d;
+            for (int64_t c = 0; c < d; ++c) b.qt[c * k_rb + r] = r < nr ? q[c] * a.scale : 0.0f;
+            lim[r] = a.q_pos0 + i;
+            b.m[r] = -INFINITY;
+            b.l[r] = 0.0f;
         }
-        for (int64_t r = 0; r < nt; ++r) {
-            float *out = a.o + ((i0 + r) * a.n_head + h) * d;
-            const float inv = 1.0f / l[r];
-            for (int64_t c = 0; c < d; ++c) out[c] = acc[r * d + c] * inv;
-            if (a.lse) a.lse[h * a.n_q + i0 + r] = m[r] + std::log(l[r]);
+        std::fill(b.ot, b.ot + d * k_rb, 0.0f);
+        const int64_t first_lim = a.q_pos0 + r0 / g, k_end = a.q_pos0 + (r0 + nr - 1) / g + 1;
+        const TileFn fn = tile_fn(nv, std::make_integer_sequence<int, k_rv>{});
+        for (int64_t k0 = 0; k0 < k_end; k0 += k_kt) {
+            const int64_t nk = std::min(k_kt, k_end - k0);
+            const bool masked = k0 + nk - 1 > first_lim;
+            if (masked)
+                for (int64_t r = 0; r < k_rb; ++r) b.rel[r] = static_cast<float>(std::clamp<int64_t>(lim[r] - k0, -1, k_kt));
+            fn(b, a.k[kvh], a.v[kvh], k0, nk, d, masked);
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+            const int64_t row = r0 + r, i = row / g, h = kvh * g + row % g;
+            float *out = a.o + (i * a.n_head + h) * d;
+            const float inv = 1.0f / b.l[r];
+            for (int64_t c = 0; c < d; ++c) out[c] = b.ot[c * k_rb + r] * inv;
+            if (a.lse) a.lse[h * a.n_q + i] = b.m[r] + std::log(b.l[r]);
         }
     });
 }
