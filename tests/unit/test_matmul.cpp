@@ -20,19 +20,28 @@ const GgmlType k_all_types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, 
                                 GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
-// The 32-element block types, Q4_K and Q5_K run with activations quantized to
-// int8 per block of 32 (scale e = amax / 127), so each x[c] is off by at most e/2.
-bool quantizes_activations(GgmlType t) { return sieve::cpu::q8::supports(t); }
+// The 32-element block types, Q4_K, Q5_K and Q6_K run with activations
+// quantized to int8 per block of 32 (scale e = amax / 127), so each x[c] is
+// off by at most e/2; their weights are represented exactly (matmul_q8.h).
+// ActPrecision::f32 keeps x exact for every type.
+bool quantizes_activations(GgmlType t, sieve::cpu::ActPrecision prec) {
+    return prec == sieve::cpu::ActPrecision::q8 && sieve::cpu::q8::supports(t);
+}
 
 // Allowed |y - y_ref| for output (t, r):
 //   f32 accumulation of n products: rounding well under 1e-5 * sum |w x| for
 //   the lengths used here (n <= 1024: sqrt(n) * 2^-24 ~ 2e-6 typical);
 //   plus, for int8 activations, sum_c |w[c]| * e_block(c) / 2 (the exact worst
 //   case of the activation rounding), with 1% slack for the f32 scales.
-std::vector<double> tolerances(const sieve::cpu::WeightView &w, const std::vector<float> &x, int64_t n_tokens) {
+// The integer path sums d e (sum u q) and the offset term c (e sum q)
+// separately (matmul_q8.h); with u spread over its range each partial sum is
+// a few times sum |w x| at most, and its f32 rounding still a random walk of
+// sqrt(n_blocks) roundings, far inside 1e-5.
+std::vector<double> tolerances(const sieve::cpu::WeightView &w, const std::vector<float> &x, int64_t n_tokens,
+                               sieve::cpu::ActPrecision prec = sieve::cpu::ActPrecision::q8) {
     std::vector<double> tol(static_cast<size_t>(n_tokens * w.n_rows));
     std::vector<float> row(static_cast<size_t>(w.n_cols));
-    const bool q8 = quantizes_activations(w.type);
+    const bool q8 = quantizes_activations(w.type, prec);
     for (int64_t r = 0; r < w.n_rows; ++r) {
         dequantize_row(w.type, static_cast<const uint8_t *>(w.data) + r * w.row_bytes, row.data(), w.n_cols);
         for (int64_t t = 0; t < n_tokens; ++t) {
@@ -54,8 +63,9 @@ std::vector<double> tolerances(const sieve::cpu::WeightView &w, const std::vecto
 }
 
 void expect_close(const sieve::cpu::WeightView &w, const std::vector<float> &x, int64_t n_tokens,
-                  const std::vector<float> &y, const std::vector<float> &ref, const char *what) {
-    const std::vector<double> tol = tolerances(w, x, n_tokens);
+                  const std::vector<float> &y, const std::vector<float> &ref, const char *what,
+                  sieve::cpu::ActPrecision prec = sieve::cpu::ActPrecision::q8) {
+    const std::vector<double> tol = tolerances(w, x, n_tokens, prec);
     int n_bad = 0;
     for (size_t i = 0; i < y.size() && n_bad < 5; ++i) {
         const double err = std::fabs(static_cast<double>(y[i]) - ref[i]);
@@ -66,6 +76,33 @@ void expect_close(const sieve::cpu::WeightView &w, const std::vector<float> &x, 
                           << "): got " << y[i] << ", want " << ref[i] << ", |err| " << err << " > tol " << tol[i];
         }
     }
+}
+
+// x as the q8 path sees it: each row through quantize_act, then back to
+// floats (e_b * q) from the activation row layout in matmul_q8.h.
+std::vector<float> q8_rounded(const std::vector<float> &x, int64_t n_tokens, int64_t n_cols) {
+    const sieve::cpu::q8::RowShape s = sieve::cpu::q8::row_shape(n_cols);
+    std::vector<uint8_t> row(static_cast<size_t>(s.act_stride_bytes));
+    std::vector<float> out(x.size());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        sieve::cpu::q8::quantize_act(x.data() + t * n_cols, s, row.data());
+        for (int64_t c = 0; c < n_cols; ++c) {
+            float e;
+            std::memcpy(&e, row.data() + s.n_pad * 32 + c / 32 * 4, 4);
+            out[static_cast<size_t>(t * n_cols + c)] = e * static_cast<float>(static_cast<int8_t>(row[c]));
+        }
+    }
+    return out;
+}
+
+// The q8 path against matmul_ref on q8_rounded(x): what is left is f32
+// rounding only, a much tighter check than the worst-case activation bound.
+void expect_close_to_rounded(const sieve::cpu::WeightView &w, const std::vector<float> &x, int64_t n_tokens,
+                             const std::vector<float> &y) {
+    const std::vector<float> xr = q8_rounded(x, n_tokens, w.n_cols);
+    std::vector<float> ref(y.size());
+    sieve::cpu::matmul_ref(w, xr.data(), n_tokens, ref.data());
+    expect_close(w, xr, n_tokens, y, ref, "matmul vs q8-rounded x", sieve::cpu::ActPrecision::f32);
 }
 
 }  // namespace
@@ -175,6 +212,145 @@ TEST(MatmulQ8, PortableDotAgreesWithDispatchedDot) {
                     double abs_sum = 0.0;  // both sums are exact int dots scaled in f32: rounding only
                     for (int64_t i = 0; i < n_cols; ++i) abs_sum += std::fabs(row[i] * x[t * n_cols + i]);
                     EXPECT_NEAR(a[t], b[t], 1e-5 * abs_sum) << type_name(type) << " n_cols " << n_cols;
+                    if (raw) {
+                        EXPECT_EQ(a[t], c[t]) << type_name(type) << " raw vs unpacked, n_cols " << n_cols;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(Matmul, IntegerPathTypesAtEveryDecodeBatchAndPrefill) {
+    // Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K: 1..16 tokens read the GGUF blocks in
+    // place (AVX-512 VNNI builds), 17 and more unpack 16-row tiles; 64 and 65
+    // tokens fill one token tile and spill one token into a second. Row
+    // counts are not multiples of the 16-row tile; the 32-element types get an
+    // odd number of blocks (the last pair is half padding).
+    std::mt19937 rng(31);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        const bool k = type_traits(type)->block_size == 256;
+        const int64_t n_rows = 37, n_cols = k ? 768 : 608;
+        const auto w = random_weights(rng, type, n_rows, n_cols);
+        for (int64_t n_tokens = 1; n_tokens <= 17; ++n_tokens) {
+            const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
+            std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), NAN), ref(y.size());
+            cpu::matmul(w.view, x.data(), n_tokens, y.data(), pool);
+            cpu::matmul_ref(w.view, x.data(), n_tokens, ref.data());
+            expect_close(w.view, x, n_tokens, y, ref, "matmul");
+            expect_close_to_rounded(w.view, x, n_tokens, y);
+        }
+        // The default model's shapes (dim 576, ffn 1536); K-quants need
+        // multiples of 256 columns, so they take the 1536-wide down projection.
+        const std::pair<int64_t, int64_t> shapes_32[] = {{576, 576}, {1536, 576}, {576, 1536}};
+        const std::pair<int64_t, int64_t> shapes_k[] = {{576, 1536}};
+        for (auto [rows, cols] : k ? std::vector(std::begin(shapes_k), std::end(shapes_k))
+                                   : std::vector(std::begin(shapes_32), std::end(shapes_32))) {
+            const auto wm = random_weights(rng, type, rows, cols);
+            for (int64_t n_tokens : {1, 8, 65}) {
+                const auto x = random_values(rng, static_cast<size_t>(n_tokens * cols));
+                std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN), ref(y.size());
+                cpu::matmul(wm.view, x.data(), n_tokens, y.data(), pool);
+                cpu::matmul_ref(wm.view, x.data(), n_tokens, ref.data());
+                expect_close(wm.view, x, n_tokens, y, ref, "matmul");
+                expect_close_to_rounded(wm.view, x, n_tokens, y);
+            }
+        }
+    }
+}
+
+TEST(Matmul, ExactActivationsKeepTheFloatPath) {
+    // ActPrecision::f32 must not quantize x: the tolerance here has no
+    // activation-rounding term, which the q8 path (int8 x) would exceed.
+    std::mt19937 rng(41);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        const int64_t n_rows = 29, n_cols = 512;
+        const auto w = random_weights(rng, type, n_rows, n_cols);
+        for (int64_t n_tokens : {1, 5, 20}) {
+            const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
+            std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), NAN), ref(y.size());
+            cpu::matmul(w.view, x.data(), n_tokens, y.data(), pool, cpu::ActPrecision::f32);
+            cpu::matmul_ref(w.view, x.data(), n_tokens, ref.data());
+            expect_close(w.view, x, n_tokens, y, ref, "matmul f32", cpu::ActPrecision::f32);
+        }
+    }
+}
+
+TEST(Matmul, MultiWithMixedTypesEqualsSeparateCalls) {
+    // Q4_K_M files put Q5_0 / Q8_0 / Q6_K / Q4_K matrices side by side; one
+    // shared activation quantization must give the bits of separate calls.
+    std::mt19937 rng(43);
+    ThreadPool pool(2);
+    const GgmlType types[] = {GgmlType::Q5_0, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_K};
+    const int64_t n_cols = 512, rows[] = {45, 19, 64, 33};
+    std::vector<test::RandomWeights> ws;
+    std::vector<cpu::WeightView> views;
+    for (int m = 0; m < 4; ++m) ws.push_back(random_weights(rng, types[m], rows[m], n_cols));
+    for (const auto &w : ws) views.push_back(w.view);
+    for (int64_t n_tokens : {1, 3, 16, 17, 70}) {
+        const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
+        std::vector<std::vector<float>> y(4), sep(4);
+        float *yp[4];
+        for (int m = 0; m < 4; ++m) {
+            y[m].assign(static_cast<size_t>(n_tokens * rows[m]), NAN);
+            sep[m].assign(y[m].size(), NAN);
+            yp[m] = y[m].data();
+            cpu::matmul(views[m], x.data(), n_tokens, sep[m].data(), pool);
+        }
+        cpu::matmul_multi(views.data(), yp, 4, x.data(), n_tokens, pool);
+        for (int m = 0; m < 4; ++m)
+            EXPECT_EQ(0, std::memcmp(y[m].data(), sep[m].data(), y[m].size() * sizeof(float)))
+                << type_name(types[m]) << " in matmul_multi, " << n_tokens << " tokens";
+    }
+}
+
+TEST(MatmulQ8, KQuantDotsAgreeWithPortableAndRaw) {
+    // Q4_K / Q5_K / Q6_K through the q8 kernels: dispatched dot (VNNI where
+    // available) vs the portable body, and in-place (raw) vs unpacked rows,
+    // which must agree bit for bit (same kernel, same scale values). The
+    // activations carry one large outlier per row so that e differs a lot
+    // between blocks (a mixed-up block index would show).
+    std::mt19937 rng(17);
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q5_1}) {
+        for (int64_t n_cols : {256, 768, 1536}) {
+            const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
+            const auto w = random_weights(rng, type, 1, n_cols);
+            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes)), xq(static_cast<size_t>(4 * s.act_stride_bytes));
+            cpu::q8::unpack_weight(type, w.bytes.data(), s, wq.data());
+            auto x = random_values(rng, static_cast<size_t>(4 * n_cols));
+            const uint8_t *acts[4];
+            for (int t = 0; t < 4; ++t) {
+                x[static_cast<size_t>(t * n_cols + (37 * t + 5) % n_cols)] = 60.0f - 30.0f * static_cast<float>(t);
+                cpu::q8::quantize_act(x.data() + t * n_cols, s, xq.data() + t * s.act_stride_bytes);
+                acts[t] = xq.data() + t * s.act_stride_bytes;
+            }
+            std::vector<float> row(static_cast<size_t>(n_cols));
+            dequantize_row(type, w.bytes.data(), row.data(), n_cols);
+            for (int n_act = 1; n_act <= 4; ++n_act) {
+                float a[4], b[4], c[4];
+                cpu::q8::dot(type, wq.data(), acts, n_act, s, a);
+                cpu::q8::dot_portable(type, wq.data(), acts, n_act, s, b);
+                const bool raw = cpu::q8::has_dot_raw(type);
+                if (raw) cpu::q8::dot_raw(type, w.bytes.data(), acts, n_act, s, c);
+                for (int t = 0; t < n_act; ++t) {
+                    // And both near the exact dot: int8 x is off by at most
+                    // e_b / 2 = amax_b / 254 per element (weights are exact).
+                    double abs_sum = 0.0, ref = 0.0, q8_err = 0.0;
+                    for (int64_t b0 = 0; b0 < n_cols; b0 += 32) {
+                        double amax = 0.0, wsum = 0.0;
+                        for (int64_t i = b0; i < b0 + 32; ++i) {
+                            const double xi = x[static_cast<size_t>(t * n_cols + i)];
+                            abs_sum += std::fabs(row[i] * xi);
+                            ref += row[i] * xi;
+                            amax = std::max(amax, std::fabs(xi));
+                            wsum += std::fabs(row[i]);
+                        }
+                        q8_err += wsum * amax / 254.0;
+                    }
+                    EXPECT_NEAR(a[t], b[t], 1e-5 * abs_sum) << type_name(type) << " n_cols " << n_cols;
+                    EXPECT_NEAR(a[t], ref, 1e-5 * abs_sum + 1.01 * q8_err) << type_name(type) << " n_cols " << n_cols;
                     if (raw) {
                         EXPECT_EQ(a[t], c[t]) << type_name(type) << " raw vs unpacked, n_cols " << n_cols;
                     }
