@@ -126,7 +126,10 @@ int64_t Scheduler::map_ahead(int64_t lookahead) {
     int64_t mapped = 0;
     for (const SequencePtr &r : running_) {
         if (r->n_uncomputed() != 1) continue;  // prefilling: its chunks map their own rows
-        const int64_t rows = std::min(r->n_total() + lookahead, kv_.max_ctx());
+        // Never past the last row the sequence can write: its final token is
+        // emitted, not run through the model.
+        const int64_t last = r->n_prompt + r->req.max_tokens - 1;
+        const int64_t rows = std::max(r->n_total(), std::min({r->n_total() + lookahead, last, kv_.max_ctx()}));
         const int64_t need = pages_missing(*r, rows);
         if (need == 0 || need > avail) continue;
         // A failure here (e.g. the map count) is not fatal: the step's own
