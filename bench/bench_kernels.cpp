@@ -97,6 +97,18 @@ BENCHMARK_CAPTURE(bm_matmul, q4_1_576x1536, GgmlType::Q4_1, 576, 1536)->Arg(1)->
 BENCHMARK_CAPTURE(bm_matmul, q8_0_49152x576, GgmlType::Q8_0, 49152, 576)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(bm_matmul, f16_576x576, GgmlType::F16, 576, 576)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(bm_matmul, q4_k_576x768, GgmlType::Q4_K, 576, 768)->Arg(1)->Arg(64);
+// The Q4_K_M file's types: Q5_0 for q/k/o/gate/up (576-wide, and 1536-wide
+// where Q4_K does not divide), Q4_K / Q6_K for the 1536-wide down projection.
+BENCHMARK_CAPTURE(bm_matmul, q5_0_576x576, GgmlType::Q5_0, 576, 576)->Arg(1)->Arg(8)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul, q5_0_1536x576, GgmlType::Q5_0, 1536, 576)->Arg(1)->Arg(8)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul, q5_0_576x1536, GgmlType::Q5_0, 576, 1536)->Arg(1)->Arg(8)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul, q4_k_576x1536, GgmlType::Q4_K, 576, 1536)->Arg(1)->Arg(8)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul, q6_k_576x1536, GgmlType::Q6_K, 576, 1536)->Arg(1)->Arg(8)->Arg(64);
+// Llama-3.2-1B shapes on the float path (F16 / BF16 weights): decode, batched decode, prefill.
+BENCHMARK_CAPTURE(bm_matmul, f16_2048x2048, GgmlType::F16, 2048, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
+BENCHMARK_CAPTURE(bm_matmul, f16_8192x2048, GgmlType::F16, 8192, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
+BENCHMARK_CAPTURE(bm_matmul, f16_2048x8192, GgmlType::F16, 2048, 8192)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
+BENCHMARK_CAPTURE(bm_matmul, bf16_2048x2048, GgmlType::BF16, 2048, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
 BENCHMARK(bm_attention_prefill)->Arg(128)->Arg(512)->Arg(2048);
 BENCHMARK(bm_attention_decode)->Arg(128)->Arg(1024)->Arg(8192);
 

@@ -414,20 +414,42 @@ struct KRawSrc {
     const uint8_t *row;
     int64_t n_blocks;
 
+    // The 6-bit scales and mins of one super-block (k_quant_scale_min) as 8 +
+    // 8 bytes, with whole-word masks instead of a branch per sub-block:
+    // sc[0..3] = s0 & 63, mn[0..3] = s1 & 63,
+    // sc[4..7] = (s2 & 15) | (s0 >> 6) << 4, mn[4..7] = (s2 >> 4) | (s1 >> 6) << 4,
+    // where s0, s1, s2 are the 12 bytes as three little-endian words.
+    static void scale_bytes(const uint8_t *sc12, uint64_t *sc, uint64_t *mn) {
+        uint32_t s0, s1, s2;
+        std::memcpy(&s0, sc12, 4);
+        std::memcpy(&s1, sc12 + 4, 4);
+        std::memcpy(&s2, sc12 + 8, 4);
+        const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+        *sc = (s0 & lo6) | static_cast<uint64_t>((s2 & lo4) | ((s0 >> 6) & lo2) << 4) << 32;
+        *mn = (s1 & lo6) | static_cast<uint64_t>(((s2 >> 4) & lo4) | ((s1 >> 6) & lo2) << 4) << 32;
+    }
     void scales(int64_t g, __mmask16, __m512 *d, __m512 *c) const {
-        alignas(64) float ds[16] = {}, cs[16] = {};
-        for (int64_t h = 0; h < 2 && g + 8 * h < n_blocks; ++h) {
-            const uint8_t *blk = row + (g / 8 + h) * k_size;
-            const float dd = load_f16(blk), dmin = load_f16(blk + 2);
-            for (int j = 0; j < 8; ++j) {
-                uint8_t sc, mn;
-                k_quant_scale_min(j, blk + 4, &sc, &mn);
-                ds[8 * h + j] = dd * static_cast<float>(sc);
-                cs[8 * h + j] = -(dmin * static_cast<float>(mn));
-            }
+        // Super-blocks g / 8 and g / 8 + 1 (the second may be past the row end:
+        // its lanes stay zero). dd holds [d0, dmin0, d1, dmin1] from f16.
+        const uint8_t *b0 = row + g / 8 * k_size;
+        const bool two = g + 8 < n_blocks;
+        uint32_t h0, h1 = 0;
+        std::memcpy(&h0, b0, 4);
+        uint64_t sc0, mn0, sc1 = 0, mn1 = 0;
+        scale_bytes(b0 + 4, &sc0, &mn0);
+        if (two) {
+            std::memcpy(&h1, b0 + k_size, 4);
+            scale_bytes(b0 + k_size + 4, &sc1, &mn1);
         }
-        *d = _mm512_load_ps(ds);
-        *c = _mm512_load_ps(cs);
+        const __m512 dd = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, static_cast<int>(h1), static_cast<int>(h0))));
+        const __m512i half = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m512 vd = _mm512_permutexvar_ps(half, dd);
+        const __m512 vm = _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(1)), dd);
+        const __m512 fsc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(sc1), static_cast<long long>(sc0))));
+        const __m512 fmn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(mn1), static_cast<long long>(mn0))));
+        // Same exact products as unpack_k_quant: d * sc, -(dmin * mn).
+        *d = _mm512_mul_ps(vd, fsc);
+        *c = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(vm, fmn));
     }
     __m512i pair(int64_t b) const {
         const uint8_t *blk = row + b / 8 * k_size;
@@ -516,7 +538,9 @@ struct Q6RawSrc {
     void load(int64_t sb, __m512 *dsc, __m512i *u) const {
         const uint8_t *blk = row + sb * 210;
         const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192))));
-        *dsc = _mm512_mul_ps(sc, _mm512_set1_ps(load_f16(blk + 208)));
+        uint16_t d16;
+        std::memcpy(&d16, blk + 208, 2);
+        *dsc = _mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(d16)));
         const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
         for (int h = 0; h < 2; ++h) {
             const __m512i l = _mm512_loadu_si512(blk + 64 * h);
