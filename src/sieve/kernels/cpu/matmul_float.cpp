@@ -17,9 +17,6 @@ namespace sieve::cpu {
 
 namespace {
 
-constexpr int64_t k_row_tile = 16;
-constexpr int64_t k_tok_tile = 64;
-
 // Per-thread decoded weight rows, kept across calls (the pool's threads are
 // persistent); only grows.
 AlignedBuffer<float> &tile_scratch() {
@@ -107,50 +104,353 @@ void decode_row_f32(GgmlType type, const void *src, float *dst, int64_t n) {
 
 namespace {
 
-struct Tiling {
-    int64_t n_row_tiles, n_tok_tiles;
+// ---------------------------------------------------------------------------
+// Register-blocked micro-kernel
+//
+// Every output y[t, r] is a dot product computed the same way wherever it is
+// computed: lane l of a vector accumulator sums W[r, k] x[t, k] for
+// k = l, l + width, ... in increasing k (one FMA each), the lanes are then
+// added (V::sum), and the elements past the last full vector are added one by
+// one. Tiling, the number of rows and tokens sharing the registers, the split
+// of k into cache blocks (which keeps the accumulators as vectors) and the
+// path (weights streamed and converted in registers, or decoded to f32
+// scratch first) change none of that, so results do not depend on the thread
+// count, on the batch a token arrives in, or on decode vs prefill.
+// ---------------------------------------------------------------------------
+
+#if defined(__AVX512F__)
+struct V {
+    using reg = __m512;
+    static constexpr int64_t width = 16;
+    // Accumulators: 4 rows x 6 tokens = 24 of the 32 registers, plus 4 weight
+    // vectors and one activation vector.
+    static constexpr int max_tokens = 6;
+    static reg zero() { return _mm512_setzero_ps(); }
+    static reg load(const float *p) { return _mm512_loadu_ps(p); }
+    static void store(float *p, reg v) { _mm512_storeu_ps(p, v); }
+    static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+    static float sum(reg v) { return _mm512_reduce_add_ps(v); }
+    // Keeps a loaded vector in a register: without it GCC folds the load into
+    // every FMA that uses it (k_rows loads of the same activation per step).
+    static void pin(reg &v) { __asm__("" : "+v"(v)); }
+    static reg from_f16(const uint16_t *p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    }
+    static reg from_bf16(const uint16_t *p) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
 };
-Tiling tiling(const WeightView &w, int64_t n_tokens) {
-    return {(w.n_rows + k_row_tile - 1) / k_row_tile, (n_tokens + k_tok_tile - 1) / k_tok_tile};
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+struct V {
+    using reg = __m256;
+    static constexpr int64_t width = 8;
+    // 4 x 2 accumulators + 4 weights + 1 activation of the 16 registers.
+    static constexpr int max_tokens = 2;
+    static reg zero() { return _mm256_setzero_ps(); }
+    static reg load(const float *p) { return _mm256_loadu_ps(p); }
+    static void store(float *p, reg v) { _mm256_storeu_ps(p, v); }
+    static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+    static void pin(reg &v) { __asm__("" : "+x"(v)); }
+    static float sum(reg v) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+    }
+    static reg from_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+    static reg from_bf16(const uint16_t *p) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+};
+#else
+// Plain C++: 8 lanes in an array (compilers vectorize the loops where they can).
+struct V {
+    static constexpr int64_t width = 8;
+    static constexpr int max_tokens = 2;
+    struct reg {
+        float v[8];
+    };
+    static reg zero() { return reg{}; }
+    static reg load(const float *p) {
+        reg r;
+        for (int i = 0; i < 8; ++i) r.v[i] = p[i];
+        return r;
+    }
+    static void store(float *p, reg a) {
+        for (int i = 0; i < 8; ++i) p[i] = a.v[i];
+    }
+    static void pin(reg &) {}
+    static reg fma(reg a, reg b, reg c) {
+        for (int i = 0; i < 8; ++i) c.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
+        return c;
+    }
+    static float sum(reg a) {
+        return ((a.v[0] + a.v[4]) + (a.v[2] + a.v[6])) + ((a.v[1] + a.v[5]) + (a.v[3] + a.v[7]));
+    }
+    static reg from_f16(const uint16_t *p) {
+        reg r;
+        for (int i = 0; i < 8; ++i) r.v[i] = fp16_to_fp32(p[i]);
+        return r;
+    }
+    static reg from_bf16(const uint16_t *p) {
+        reg r;
+        for (int i = 0; i < 8; ++i) r.v[i] = bf16_to_fp32(p[i]);
+        return r;
+    }
+};
+#endif
+
+// Weight loaders: one vector of a row starting at element k, and one element.
+struct LoadF32 {
+    static V::reg vec(const void *row, int64_t k) { return V::load(static_cast<const float *>(row) + k); }
+    static float one(const void *row, int64_t k) { return static_cast<const float *>(row)[k]; }
+};
+struct LoadF16 {
+    static V::reg vec(const void *row, int64_t k) { return V::from_f16(static_cast<const uint16_t *>(row) + k); }
+    static float one(const void *row, int64_t k) { return fp16_to_fp32(static_cast<const uint16_t *>(row)[k]); }
+};
+struct LoadBF16 {
+    static V::reg vec(const void *row, int64_t k) { return V::from_bf16(static_cast<const uint16_t *>(row) + k); }
+    static float one(const void *row, int64_t k) { return bf16_to_fp32(static_cast<const uint16_t *>(row)[k]); }
+};
+
+constexpr int k_rows = 4;  // rows sharing the registers of one micro-kernel call
+
+// acc[r][t] (vectors, stored at acc + (r * T + t) * width) += sum over
+// k in [k0, k1) of w[r][k] x[t][k]; k1 - k0 a multiple of V::width. With
+// first, the accumulators start at zero instead of being loaded.
+template <class L, int T>
+void micro(const void *const *w, const float *const *x, int64_t k0, int64_t k1, float *acc, bool first) {
+    V::reg a[k_rows][T];
+#pragma GCC unroll 8
+    for (int r = 0; r < k_rows; ++r)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) a[r][t] = first ? V::zero() : V::load(acc + (r * T + t) * V::width);
+    for (int64_t k = k0; k < k1; k += V::width) {
+        V::reg wv[k_rows];
+#pragma GCC unroll 8
+        for (int r = 0; r < k_rows; ++r) wv[r] = L::vec(w[r], k);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            V::reg xv = V::load(x[t] + k);
+            V::pin(xv);
+#pragma GCC unroll 8
+            for (int r = 0; r < k_rows; ++r) a[r][t] = V::fma(wv[r], xv, a[r][t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < k_rows; ++r)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) V::store(acc + (r * T + t) * V::width, a[r][t]);
 }
 
-// Software prefetch distance for the weight streams, in rows: the dot of one
-// row is short (a few hundred bytes), so the hardware prefetcher alone leaves
-// the gather of the next row's scales waiting on DRAM.
-constexpr int64_t k_prefetch_rows = 4;
+using MicroFn = void (*)(const void *const *, const float *const *, int64_t, int64_t, float *, bool);
 
-inline void prefetch_row(const uint8_t *p, int64_t n_bytes) {
-#if defined(__SSE__)
-    for (int64_t o = 0; o < n_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
-#else
-    (void)p;
-    (void)n_bytes;
-#endif
+template <class L>
+MicroFn micro_for(int n_tok) {
+    static_assert(V::max_tokens <= 6);
+    switch (n_tok) {
+        case 1: return micro<L, 1>;
+        case 2: return micro<L, 2>;
+        default: break;
+    }
+    if constexpr (V::max_tokens >= 6) {
+        switch (n_tok) {
+            case 3: return micro<L, 3>;
+            case 4: return micro<L, 4>;
+            case 5: return micro<L, 5>;
+            case 6: return micro<L, 6>;
+            default: break;
+        }
+    }
+    return nullptr;
+}
+
+MicroFn micro_for_type(GgmlType type, int n_tok) {
+    switch (type) {
+        case GgmlType::F16: return micro_for<LoadF16>(n_tok);
+        case GgmlType::BF16: return micro_for<LoadBF16>(n_tok);
+        default: return micro_for<LoadF32>(n_tok);
+    }
+}
+
+// The tail elements [nv, n) of one output, for the types stored element by
+// element (block types have n a multiple of their block, hence of the width).
+float tail_dot(GgmlType type, const void *row, const float *x, int64_t nv, int64_t n) {
+    float s = 0.0f;
+    for (int64_t k = nv; k < n; ++k) {
+        const float wk = type == GgmlType::F16    ? LoadF16::one(row, k)
+                         : type == GgmlType::BF16 ? LoadBF16::one(row, k)
+                                                  : LoadF32::one(row, k);
+        s += wk * x[k];
+    }
+    return s;
+}
+
+// y[t, r] for rows [r0, r1) and tokens [t0, t1): the lanes of acc (laid out
+// [row group][token group][k_rows][T]) summed, plus the tail.
+struct Finish {
+    const WeightView &w;
+    const float *x;
+    float *y;
+    int64_t nv;
+    void operator()(int64_t r, int64_t t, const float *lanes) const {
+        float s = V::sum(V::load(lanes));
+        if (nv < w.n_cols)
+            s += tail_dot(w.type, static_cast<const uint8_t *>(w.data) + r * w.row_bytes, x + t * w.n_cols, nv,
+                          w.n_cols);
+        y[t * w.n_rows + r] = s;
+    }
+};
+
+inline void prefetch(const uint8_t *p, int64_t n_bytes) {
+    for (int64_t o = 0; o < n_bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
+bool streams_in_registers(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
+// ---- Decode and small batches -------------------------------------------
+// Up to k_stream_max_tokens tokens: each task takes a contiguous range of
+// rows and reads each weight vector once per group of V::max_tokens tokens,
+// converting F16 / BF16 in registers (no scratch round trip), so the weights
+// stream from memory once at close to the bandwidth limit.
+constexpr int64_t k_stream_max_tokens = 12;
+// Rows per task: about this many weight bytes (long sequential streams for
+// the prefetcher, few claims on the pool's shared word, still hundreds of
+// tasks for dynamic balance on the big matrices).
+constexpr int64_t k_stream_task_bytes = 192 * 1024;
+
+void matmul_stream(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
+    const int64_t n = w.n_cols, nv = n / V::width * V::width;
+    const uint8_t *base = static_cast<const uint8_t *>(w.data);
+    const bool raw = streams_in_registers(w.type);
+    const int64_t chunk =
+        std::max<int64_t>(k_rows, k_stream_task_bytes / std::max<int64_t>(w.row_bytes, 1) / k_rows * k_rows);
+    const int64_t n_tasks = (w.n_rows + chunk - 1) / chunk;
+    const Finish fin{w, x, y, nv};
+    pool.run(n_tasks, [&](int64_t task, int) {
+        const int64_t r0 = task * chunk, r1 = std::min(r0 + chunk, w.n_rows);
+        float *dec = raw ? nullptr : grow(tile_scratch(), static_cast<size_t>(k_rows * n));
+        alignas(64) float acc[k_rows * V::max_tokens * V::width];
+        for (int64_t rg = r0; rg < r1; rg += k_rows) {
+            const int n_r = static_cast<int>(std::min<int64_t>(k_rows, r1 - rg));
+            const void *rows[k_rows];
+            for (int i = 0; i < k_rows; ++i) {
+                // Missing rows of the last group repeat its first row; their results are dropped.
+                const int64_t r = rg + (i < n_r ? i : 0);
+                if (raw) {
+                    rows[i] = base + r * w.row_bytes;
+                } else {
+                    if (i < n_r) decode_row_f32(w.type, base + r * w.row_bytes, dec + i * n, n);
+                    rows[i] = dec + (i < n_r ? i : 0) * n;
+                }
+            }
+            for (int64_t tg = 0; tg < n_tokens; tg += V::max_tokens) {
+                const int n_t = static_cast<int>(std::min<int64_t>(V::max_tokens, n_tokens - tg));
+                const float *xs[V::max_tokens];
+                for (int j = 0; j < n_t; ++j) xs[j] = x + (tg + j) * n;
+                micro_for_type(raw ? w.type : GgmlType::F32, n_t)(rows, xs, 0, nv, acc, true);
+                for (int i = 0; i < n_r; ++i)
+                    for (int j = 0; j < n_t; ++j) fin(rg + i, tg + j, acc + (i * n_t + j) * V::width);
+            }
+        }
+    });
+}
+
+// ---- Prefill ---------------------------------------------------------------
+// Tasks of k_pf_rows rows x k_pf_tokens tokens, cut along k into blocks of
+// k_pf_cols columns: per block the task's weight rows are decoded to an f32
+// slab (k_pf_rows x k_pf_cols, L1/L2-resident, reused by every token group)
+// and each (4 rows x V::max_tokens tokens) micro-tile adds the block to its
+// vector accumulators, which wait in per-thread scratch between blocks.
+constexpr int64_t k_pf_rows = 16;
+constexpr int64_t k_pf_tokens = 32 * V::max_tokens;
+constexpr int64_t k_pf_cols = 512;
+
+struct PfScratch {
+    AlignedBuffer<float> slab;  // [k_pf_rows, k_pf_cols] decoded weights
+    AlignedBuffer<float> acc;   // [k_pf_rows / k_rows, token groups, k_rows * max_tokens * width]
+};
+PfScratch &pf_scratch() {
+    static thread_local PfScratch s;
+    return s;
+}
+
+void matmul_prefill(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
+    static_assert(k_pf_rows % k_rows == 0 && k_pf_cols % 256 == 0);
+    const int64_t n = w.n_cols, nv = n / V::width * V::width;
+    const uint8_t *base = static_cast<const uint8_t *>(w.data);
+    const int64_t n_rb = (w.n_rows + k_pf_rows - 1) / k_pf_rows, n_tb = (n_tokens + k_pf_tokens - 1) / k_pf_tokens;
+    const int64_t tile_floats = k_rows * V::max_tokens * V::width;
+    constexpr int64_t n_tg_max = k_pf_tokens / V::max_tokens;
+    const TypeTraits *tr = type_traits(w.type);
+    const Finish fin{w, x, y, nv};
+    // Token-block-major: consecutive tasks share activations (L2), the weights stream.
+    pool.run(n_rb * n_tb, [&](int64_t task, int) {
+        const int64_t rb = task % n_rb, tb = task / n_rb;
+        const int64_t r0 = rb * k_pf_rows, r1 = std::min(r0 + k_pf_rows, w.n_rows);
+        const int64_t t0 = tb * k_pf_tokens, t1 = std::min(t0 + k_pf_tokens, n_tokens);
+        const int64_t n_r = r1 - r0;
+        PfScratch &sc = pf_scratch();
+        float *slab = grow(sc.slab, static_cast<size_t>(k_pf_rows * k_pf_cols));
+        float *acc = grow(sc.acc, static_cast<size_t>(k_pf_rows / k_rows * n_tg_max * tile_floats));
+        // k0 == 0 always runs, so rows shorter than one vector still start
+        // their accumulators at zero.
+        for (int64_t k0 = 0; k0 == 0 || k0 < nv; k0 += k_pf_cols) {
+            const int64_t k1 = std::min(k0 + k_pf_cols, nv);
+            // Each row's block [k0, k1) decoded (F32: copied) to the slab, a
+            // compact L1-resident panel (F32 rows in place sit a whole row
+            // apart and alias in L1). Block types: k0 and k1 - k0 are
+            // multiples of the block size (k_pf_cols is a multiple of 256,
+            // and nv = n for them).
+            const float *rows[k_pf_rows];
+            for (int64_t i = 0; i < k_pf_rows; ++i) {
+                if (i < n_r)
+                    decode_row_f32(w.type, base + (r0 + i) * w.row_bytes + k0 / tr->block_size * tr->type_size,
+                                   slab + i * k_pf_cols, k1 - k0);
+                // Missing rows of the last group repeat the first; their results are dropped.
+                rows[i] = slab + (i < n_r ? i : 0) * k_pf_cols;
+            }
+            // The next block's weights come from L3 or DRAM: ask for them now,
+            // so they arrive while this block's micro-tiles run.
+            if (k1 < nv) {
+                const int64_t off = k1 / tr->block_size * tr->type_size;
+                const int64_t len = std::min(k_pf_cols, nv - k1) / tr->block_size * tr->type_size;
+                for (int64_t i = 0; i < n_r; ++i) prefetch(base + (r0 + i) * w.row_bytes + off, len);
+            }
+            for (int64_t tg = t0; tg < t1; tg += V::max_tokens) {
+                const int nt = static_cast<int>(std::min<int64_t>(V::max_tokens, t1 - tg));
+                const float *xs[V::max_tokens];
+                for (int j = 0; j < nt; ++j) xs[j] = x + (tg + j) * n + k0;
+                const MicroFn fn = micro_for<LoadF32>(nt);
+                for (int64_t rg = 0; rg < n_r; rg += k_rows) {
+                    const void *rs[k_rows];
+                    for (int i = 0; i < k_rows; ++i) rs[i] = rows[rg + i];
+                    fn(rs, xs, 0, k1 - k0, acc + (rg / k_rows * n_tg_max + (tg - t0) / V::max_tokens) * tile_floats,
+                       k0 == 0);
+                }
+            }
+        }
+        for (int64_t tg = t0; tg < t1; tg += V::max_tokens) {
+            const int nt = static_cast<int>(std::min<int64_t>(V::max_tokens, t1 - tg));
+            for (int64_t r = r0; r < r1; ++r) {
+                const float *tile =
+                    acc + ((r - r0) / k_rows * n_tg_max + (tg - t0) / V::max_tokens) * tile_floats;
+                for (int j = 0; j < nt; ++j) fin(r, tg + j, tile + (((r - r0) % k_rows) * nt + j) * V::width);
+            }
+        }
+    });
 }
 
 }  // namespace
 
 void matmul_float(const WeightView &w, const float *x, int64_t n_tokens, float *y, ThreadPool &pool) {
-    const Tiling tl = tiling(w, n_tokens);
-    const int64_t n = w.n_cols;
-    const uint8_t *base = static_cast<const uint8_t *>(w.data);
-    pool.run(tl.n_row_tiles * tl.n_tok_tiles, [&](int64_t task, int) {
-        const int64_t r0 = task / tl.n_tok_tiles * k_row_tile, r1 = std::min(r0 + k_row_tile, w.n_rows);
-        const int64_t t0 = task % tl.n_tok_tiles * k_tok_tile, t1 = std::min(t0 + k_tok_tile, n_tokens);
-        const float *rows[k_row_tile];
-        if (w.type == GgmlType::F32) {
-            for (int64_t r = r0; r < r1; ++r) rows[r - r0] = reinterpret_cast<const float *>(base + r * w.row_bytes);
-        } else {
-            float *tile = grow(tile_scratch(), static_cast<size_t>(k_row_tile * n));
-            for (int64_t r = r0; r < r1; ++r) {
-                if (r + k_prefetch_rows < w.n_rows) prefetch_row(base + (r + k_prefetch_rows) * w.row_bytes, w.row_bytes);
-                decode_row_f32(w.type, base + r * w.row_bytes, tile + (r - r0) * n, n);
-                rows[r - r0] = tile + (r - r0) * n;
-            }
-        }
-        for (int64_t t = t0; t < t1; ++t)
-            for (int64_t r = r0; r < r1; ++r) y[t * w.n_rows + r] = simd::dot(rows[r - r0], x + t * n, n);
-    });
+    if (n_tokens <= k_stream_max_tokens)
+        matmul_stream(w, x, n_tokens, y, pool);
+    else
+        matmul_prefill(w, x, n_tokens, y, pool);
 }
 
 void get_row(const WeightView &w, int64_t row, float *out) {
