@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -147,4 +148,42 @@ TEST(Attention, PrefillWithOneQueryEqualsDecode) {
     std::mt19937 rng(46);
     ThreadPool pool(2);
     for (int64_t n_kv : {1, 50, 777}) check(AttnCase(rng, 8, 2, 64, 1, n_kv - 1, n_kv), Kernel::prefill, pool);
+}
+
+TEST(Attention, PrefillDeepKvFewQueries) {
+    // A short chunk after a long prefix (chunked prefill, speculative tails):
+    // the causal diagonal falls inside one key tile, the rest is unmasked.
+    std::mt19937 rng(47);
+    ThreadPool pool(2);
+    for (int64_t n_q : {1, 2, 7, 33, 130})
+        for (int64_t pos0 : {1000, 3001}) check(AttnCase(rng, 9, 3, 64, n_q, pos0, pos0 + n_q), Kernel::prefill, pool);
+}
+
+TEST(Attention, PrefillGqaRatiosAndHeadDims) {
+    // Group sizes 1/3/4/7 (row blocks then straddle queries unevenly), head
+    // dims 64 and 128 and one that is not a multiple of 8 (36).
+    std::mt19937 rng(48);
+    ThreadPool pool(2);
+    const Heads heads[] = {{2, 2}, {6, 2}, {8, 2}, {14, 2}};
+    for (Heads hh : heads)
+        for (int64_t d : {64, 128, 36})
+            for (int64_t n_q : {3, 29, 70}) check(AttnCase(rng, hh.n_head, hh.n_head_kv, d, n_q, 211, 211 + n_q + 5), Kernel::prefill, pool);
+}
+
+TEST(Attention, PrefillResultDoesNotDependOnThreadCount) {
+    std::mt19937 rng(49);
+    const AttnCase c(rng, 14, 2, 64, 97, 300, 397);
+    const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim), n_l = static_cast<size_t>(c.n_head * c.n_q);
+    std::vector<float> o1(n_o, NAN), l1(n_l, NAN);
+    {
+        ThreadPool pool(1);
+        cpu::attention_prefill(c.args(o1.data(), l1.data()), pool);
+    }
+    for (int n_threads : {2, 3}) {
+        ThreadPool pool(n_threads);
+        std::vector<float> o(n_o, NAN), l(n_l, NAN);
+        cpu::attention_prefill(c.args(o.data(), l.data()), pool);
+        EXPECT_EQ(0, std::memcmp(o.data(), o1.data(), n_o * sizeof(float))) << n_threads << " threads";
+        EXPECT_EQ(0, std::memcmp(l.data(), l1.data(), n_l * sizeof(float))) << n_threads << " threads";
+    }
 }
