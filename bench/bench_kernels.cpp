@@ -89,6 +89,17 @@ void bm_attention_decode(benchmark::State &state) {
                                                   benchmark::Counter::kIsRate);
 }
 
+// Prefill of n_q new tokens after n_kv - n_q cached ones (pp512 at depth 8192
+// is 512, 8704): attention over the deep prefix dominates.
+void bm_attention_prefill_deep(benchmark::State &state) {
+    const int64_t n_q = state.range(0), n_kv = state.range(1);
+    AttnData data(n_q, n_kv);
+    ThreadPool pool(bench_threads());
+    for (auto _ : state) cpu::attention_prefill(data.a, pool);
+    state.counters["FLOP/s"] = benchmark::Counter(
+        4.0 * n_q * (n_kv - n_q / 2) * 64 * 9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(bm_matmul, q4_1_576x576, GgmlType::Q4_1, 576, 576)->Arg(1)->Arg(4)->Arg(64)->Arg(256);
@@ -111,5 +122,6 @@ BENCHMARK_CAPTURE(bm_matmul, f16_2048x8192, GgmlType::F16, 2048, 8192)->Arg(1)->
 BENCHMARK_CAPTURE(bm_matmul, bf16_2048x2048, GgmlType::BF16, 2048, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
 BENCHMARK(bm_attention_prefill)->Arg(128)->Arg(512)->Arg(2048);
 BENCHMARK(bm_attention_decode)->Arg(128)->Arg(1024)->Arg(8192);
+BENCHMARK(bm_attention_prefill_deep)->Args({512, 8704})->Args({64, 8256})->Args({7, 4103});
 
 BENCHMARK_MAIN();
