@@ -150,7 +150,8 @@ TEST(Matmul, ModelShapedQ4_1AndQ8_0) {
 
 TEST(Matmul, SameBitsWithAnyThreadCount) {
     std::mt19937 rng(7);
-    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K}) {
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_0,
+                          GgmlType::Q6_K}) {
         const int64_t n_rows = 131, n_cols = type_traits(type)->block_size == 256 ? 512 : 320, n_tokens = 67;
         const auto w = random_weights(rng, type, n_rows, n_cols);
         const auto x = random_values(rng, static_cast<size_t>(n_tokens * n_cols));
@@ -192,7 +193,8 @@ TEST(MatmulQ8, PortableDotAgreesWithDispatchedDot) {
         for (int64_t n_cols : {32, 96, 608}) {
             const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
             const auto w = random_weights(rng, type, 1, n_cols);
-            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes)), xq(static_cast<size_t>(4 * s.act_stride_bytes));
+            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes));
+            std::vector<uint8_t> xq(static_cast<size_t>(4 * s.act_stride_bytes));
             cpu::q8::unpack_weight(type, w.bytes.data(), s, wq.data());
             const auto x = random_values(rng, static_cast<size_t>(4 * n_cols));
             const uint8_t *acts[4];
@@ -317,7 +319,8 @@ TEST(MatmulQ8, KQuantDotsAgreeWithPortableAndRaw) {
         for (int64_t n_cols : {256, 768, 1536}) {
             const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
             const auto w = random_weights(rng, type, 1, n_cols);
-            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes)), xq(static_cast<size_t>(4 * s.act_stride_bytes));
+            std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes));
+            std::vector<uint8_t> xq(static_cast<size_t>(4 * s.act_stride_bytes));
             cpu::q8::unpack_weight(type, w.bytes.data(), s, wq.data());
             auto x = random_values(rng, static_cast<size_t>(4 * n_cols));
             const uint8_t *acts[4];

@@ -441,12 +441,15 @@ struct KRawSrc {
             std::memcpy(&h1, b0 + k_size, 4);
             scale_bytes(b0 + k_size + 4, &sc1, &mn1);
         }
-        const __m512 dd = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, static_cast<int>(h1), static_cast<int>(h0))));
+        const __m512 dd =
+            _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, static_cast<int>(h1), static_cast<int>(h0))));
         const __m512i half = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
         const __m512 vd = _mm512_permutexvar_ps(half, dd);
         const __m512 vm = _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(1)), dd);
-        const __m512 fsc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(sc1), static_cast<long long>(sc0))));
-        const __m512 fmn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(mn1), static_cast<long long>(mn0))));
+        const __m512 fsc = _mm512_cvtepi32_ps(
+            _mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(sc1), static_cast<long long>(sc0))));
+        const __m512 fmn = _mm512_cvtepi32_ps(
+            _mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(mn1), static_cast<long long>(mn0))));
         // Same exact products as unpack_k_quant: d * sc, -(dmin * mn).
         *d = _mm512_mul_ps(vd, fsc);
         *c = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(vm, fmn));
@@ -526,7 +529,8 @@ void dot_q6_vnni(const Src &w, const uint8_t *const *acts, const RowShape &s, fl
             }
         }
     }
-    for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_fmadd_ps(corr[t], _mm512_set1_ps(-32.0f), acc[t]));
+    for (int t = 0; t < NT; ++t)
+        out[t] = _mm512_reduce_add_ps(_mm512_fmadd_ps(corr[t], _mm512_set1_ps(-32.0f), acc[t]));
 }
 
 // Q6_K straight from the GGUF blocks. Per half of 128 elements: 64 bytes of
@@ -537,7 +541,8 @@ struct Q6RawSrc {
     const uint8_t *row;
     void load(int64_t sb, __m512 *dsc, __m512i *u) const {
         const uint8_t *blk = row + sb * 210;
-        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192))));
+        const __m512 sc =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192))));
         uint16_t d16;
         std::memcpy(&d16, blk + 208, 2);
         *dsc = _mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(d16)));
