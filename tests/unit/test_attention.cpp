@@ -187,3 +187,27 @@ TEST(Attention, PrefillResultDoesNotDependOnThreadCount) {
         EXPECT_EQ(0, std::memcmp(l.data(), l1.data(), n_l * sizeof(float))) << n_threads << " threads";
     }
 }
+
+TEST(Attention, PrefillSplitsTheKeysOfFewRows) {
+    // Under 8 (KV head, row block) tasks the keys are split into chunks and
+    // merged; chunk counts that leave some chunks empty, one row, and the
+    // bitwise thread-count invariance of the split path.
+    std::mt19937 rng(50);
+    ThreadPool pool(2);
+    check(AttnCase(rng, 8, 2, 64, 3, 300, 303), Kernel::prefill, pool);
+    check(AttnCase(rng, 8, 2, 64, 5, 2000, 2010), Kernel::prefill, pool);
+    check(AttnCase(rng, 1, 1, 64, 1, 5000, 5001), Kernel::prefill, pool);
+    check(AttnCase(rng, 14, 2, 128, 2, 700, 702), Kernel::prefill, pool);
+    check(AttnCase(rng, 9, 3, 36, 16, 1500, 1516), Kernel::prefill, pool);
+    const AttnCase c(rng, 8, 2, 64, 4, 1234, 1238);
+    const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim), n_l = static_cast<size_t>(c.n_head * c.n_q);
+    std::vector<float> o1(n_o, NAN), l1(n_l, NAN);
+    cpu::attention_prefill(c.args(o1.data(), l1.data()), pool);
+    for (int n_threads : {1, 3}) {
+        ThreadPool p(n_threads);
+        std::vector<float> o(n_o, NAN), l(n_l, NAN);
+        cpu::attention_prefill(c.args(o.data(), l.data()), p);
+        EXPECT_EQ(0, std::memcmp(o.data(), o1.data(), n_o * sizeof(float))) << n_threads << " threads";
+        EXPECT_EQ(0, std::memcmp(l.data(), l1.data(), n_l * sizeof(float))) << n_threads << " threads";
+    }
+}

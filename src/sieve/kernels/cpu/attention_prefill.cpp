@@ -28,6 +28,12 @@
 // tiles up to the last key its last row sees; only tiles past the first row's
 // limit (at most two per block) are masked, lane by lane.
 //
+// Few rows, deep prefix (a short chunk after a long prompt): fewer than
+// k_min_tasks tasks would leave a thread idle, so each block's keys are split
+// into tile-aligned chunks, one task each, merged afterwards as in
+// flash-decoding: M = max_c m_c, L = sum_c l_c e^(m_c - M),
+// O = sum_c ot_c e^(m_c - M) / L. The split depends on the shapes only.
+//
 // lse = m + log l is the log of sum exp(scale * q.k) over visible keys.
 #include <algorithm>
 #include <cmath>
@@ -233,10 +239,61 @@ constexpr TileFn tile_fn(int nv, std::integer_sequence<int, NV...>) {
 
 // thread_local for the same reason as in matmul.cpp: persistent pool threads
 // keep their buffers, which only grow, so steady-state calls do not allocate.
-float *prefill_scratch(int64_t n) {
-    static thread_local AlignedBuffer<float> b;
+float *grow(AlignedBuffer<float> &b, int64_t n) {
     if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
     return b.data();
+}
+float *tile_scratch(int64_t n) {
+    static thread_local AlignedBuffer<float> b;
+    return grow(b, n);
+}
+float *split_scratch(int64_t n) {  // calling thread only
+    static thread_local AlignedBuffer<float> b;
+    return grow(b, n);
+}
+
+// Fewer tasks than this (a short chunk after a long prefix) split the keys.
+// A constant rather than the pool's size, so results never depend on it.
+constexpr int64_t k_min_tasks = 8;
+
+// Rows [r0, r0 + nr) of KV head kvh over keys [kb, ke): leaves (m, l, ot) in b.
+// kb is a multiple of k_kt and at most the first row's limit, so every row
+// sees the first key and its running max is finite after the first tile.
+void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_t nr, int64_t kb, int64_t ke) {
+    const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
+    int64_t lim[k_rb];  // last key row r sees
+    // Pack the rows' queries (pad rows: zero queries, the last row's limit; never stored).
+    for (int64_t r = 0; r < k_rb; ++r) {
+        const int64_t row = r0 + std::min(r, nr - 1), i = row / g, h = kvh * g + row % g;
+        const float *q = a.q + (i * a.n_head + h) * d;
+        for (int64_t c = 0; c < d; ++c) b.qt[c * k_rb + r] = r < nr ? q[c] * a.scale : 0.0f;
+        lim[r] = a.q_pos0 + i;
+        b.m[r] = -INFINITY;
+        b.l[r] = 0.0f;
+    }
+    std::fill(b.ot, b.ot + d * k_rb, 0.0f);
+    const int64_t first_lim = a.q_pos0 + r0 / g;
+    const TileFn fn = tile_fn(static_cast<int>((nr + W - 1) / W), std::make_integer_sequence<int, k_rv>{});
+    for (int64_t k0 = kb; k0 < ke; k0 += k_kt) {
+        const int64_t nk = std::min(k_kt, ke - k0);
+        const bool masked = k0 + nk - 1 > first_lim;
+        if (masked)
+            for (int64_t r = 0; r < k_rb; ++r) b.rel[r] = static_cast<float>(std::clamp<int64_t>(lim[r] - k0, -1, k_kt));
+        fn(b, a.k[kvh], a.v[kvh], k0, nk, d, masked);
+    }
+}
+
+// o and lse of rows [r0, r0 + nr) from their (m, l, ot).
+void store_rows(const AttnArgs &a, int64_t kvh, int64_t r0, int64_t nr, const float *m, const float *l,
+                const float *ot) {
+    const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
+    for (int64_t r = 0; r < nr; ++r) {
+        const int64_t row = r0 + r, i = row / g, h = kvh * g + row % g;
+        float *out = a.o + (i * a.n_head + h) * d;
+        const float inv = 1.0f / l[r];
+        for (int64_t c = 0; c < d; ++c) out[c] = ot[c * k_rb + r] * inv;
+        if (a.lse) a.lse[h * a.n_q + i] = m[r] + std::log(l[r]);
+    }
 }
 
 }  // namespace
@@ -245,43 +302,74 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     attn_check_args(a, "attention_prefill");
     const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
     const int64_t n_rows = a.n_q * g;  // per KV head
-    const int64_t n_blocks = (n_rows + k_rb - 1) / k_rb;
-    // Blocks late in the sequence see the most keys: hand them out first so
-    // the short ones fill the gaps at the end.
-    pool.run(a.n_head_kv * n_blocks, [&](int64_t task, int) {
-        const int64_t kvh = task % a.n_head_kv, blk = n_blocks - 1 - task / a.n_head_kv;
-        const int64_t r0 = blk * k_rb, nr = std::min(k_rb, n_rows - r0);
-        const int nv = static_cast<int>((nr + W - 1) / W);
-        float *buf = prefill_scratch(2 * d * k_rb + k_kt * k_rb + 3 * k_rb);
-        float *tail = buf + 2 * d * k_rb + k_kt * k_rb;
-        const Block b{buf, buf + d * k_rb, buf + 2 * d * k_rb, tail, tail + k_rb, tail + 2 * k_rb};
-        int64_t lim[k_rb];  // last key row r sees
-        // Pack the rows' queries (pad rows: zero queries, the last row's limit; never stored).
-        for (int64_t r = 0; r < k_rb; ++r) {
-            const int64_t row = r0 + std::min(r, nr - 1), i = row / g, h = kvh * g + row % g;
-            const float *q = a.q + (i * a.n_head + h) * d;
-            for (int64_t c = 0; c < d; ++c) b.qt[c * k_rb + r] = r < nr ? q[c] * a.scale : 0.0f;
-            lim[r] = a.q_pos0 + i;
-            b.m[r] = -INFINITY;
-            b.l[r] = 0.0f;
-        }
-        std::fill(b.ot, b.ot + d * k_rb, 0.0f);
+    const int64_t n_blocks = (n_rows + k_rb - 1) / k_rb, n_tasks = a.n_head_kv * n_blocks;
+    const int64_t scratch = d * k_rb + k_kt * k_rb + k_rb;  // qt, s, rel
+    const auto block_of = [&](int64_t t, int64_t *kvh, int64_t *r0, int64_t *nr) {
+        // Blocks late in the sequence see the most keys: hand them out first
+        // so the short ones fill the gaps at the end.
+        *kvh = t % a.n_head_kv;
+        *r0 = (n_blocks - 1 - t / a.n_head_kv) * k_rb;
+        *nr = std::min(k_rb, n_rows - *r0);
+    };
+    // Split the keys every row of a block sees, [0, first_lim], into tile-aligned
+    // chunks; the last chunk also takes the diagonal up to the last row's limit.
+    const int64_t n_split = n_tasks >= k_min_tasks || a.q_pos0 < 4 * k_kt ? 1 : (k_min_tasks + n_tasks - 1) / n_tasks;
+    if (n_split == 1) {
+        pool.run(n_tasks, [&](int64_t t, int) {
+            int64_t kvh, r0, nr;
+            block_of(t, &kvh, &r0, &nr);
+            float *buf = tile_scratch(scratch + d * k_rb + 2 * k_rb);
+            const Block b{buf, buf + scratch, buf + d * k_rb, buf + scratch + d * k_rb,
+                          buf + scratch + d * k_rb + k_rb, buf + d * k_rb + k_kt * k_rb};
+            run_rows(a, b, kvh, r0, nr, 0, a.q_pos0 + (r0 + nr - 1) / g + 1);
+            store_rows(a, kvh, r0, nr, b.m, b.l, b.ot);
+        });
+        return;
+    }
+    // Flash-decoding style: chunk c of block t leaves (ot, m, l) in its slot;
+    // a second pass merges a block's chunks in a fixed order.
+    const int64_t slot = (d + 2) * k_rb;
+    float *part = split_scratch(n_tasks * n_split * slot);
+    pool.run(n_tasks * n_split, [&](int64_t task, int) {
+        const int64_t t = task / n_split, c = task % n_split;
+        int64_t kvh, r0, nr;
+        block_of(t, &kvh, &r0, &nr);
         const int64_t first_lim = a.q_pos0 + r0 / g, k_end = a.q_pos0 + (r0 + nr - 1) / g + 1;
-        const TileFn fn = tile_fn(nv, std::make_integer_sequence<int, k_rv>{});
-        for (int64_t k0 = 0; k0 < k_end; k0 += k_kt) {
-            const int64_t nk = std::min(k_kt, k_end - k0);
-            const bool masked = k0 + nk - 1 > first_lim;
-            if (masked)
-                for (int64_t r = 0; r < k_rb; ++r) b.rel[r] = static_cast<float>(std::clamp<int64_t>(lim[r] - k0, -1, k_kt));
-            fn(b, a.k[kvh], a.v[kvh], k0, nk, d, masked);
+        const int64_t n_tiles = first_lim / k_kt + 1;  // tiles starting at or before first_lim
+        const int64_t per = (n_tiles + n_split - 1) / n_split, n_used = (n_tiles + per - 1) / per;
+        const int64_t kb = c * per * k_kt, ke = c == n_used - 1 ? k_end : (c + 1) * per * k_kt;
+        float *sl = part + task * slot;
+        if (c >= n_used) {  // nothing left for this chunk: an empty partial
+            std::fill(sl + d * k_rb, sl + slot, 0.0f);
+            std::fill(sl + d * k_rb, sl + d * k_rb + k_rb, -INFINITY);
+            return;
         }
+        float *buf = tile_scratch(scratch);
+        const Block b{buf, sl, buf + d * k_rb, sl + d * k_rb, sl + d * k_rb + k_rb, buf + d * k_rb + k_kt * k_rb};
+        run_rows(a, b, kvh, r0, nr, kb, ke);
+    });
+    pool.run(n_tasks, [&](int64_t t, int) {
+        int64_t kvh, r0, nr;
+        block_of(t, &kvh, &r0, &nr);
+        float *s0 = part + t * n_split * slot;  // merged in place into chunk 0 (never empty)
         for (int64_t r = 0; r < nr; ++r) {
-            const int64_t row = r0 + r, i = row / g, h = kvh * g + row % g;
-            float *out = a.o + (i * a.n_head + h) * d;
-            const float inv = 1.0f / b.l[r];
-            for (int64_t c = 0; c < d; ++c) out[c] = b.ot[c * k_rb + r] * inv;
-            if (a.lse) a.lse[h * a.n_q + i] = b.m[r] + std::log(b.l[r]);
+            float mx = -INFINITY;
+            for (int64_t c = 0; c < n_split; ++c) mx = std::max(mx, s0[c * slot + d * k_rb + r]);
+            float l = 0.0f, w[k_min_tasks];
+            for (int64_t c = 0; c < n_split; ++c) {
+                const float *sc = s0 + c * slot;
+                w[c] = sc[d * k_rb + k_rb + r] > 0.0f ? std::exp(sc[d * k_rb + r] - mx) : 0.0f;
+                l += sc[d * k_rb + k_rb + r] * w[c];
+            }
+            for (int64_t e = 0; e < d; ++e) {
+                float acc = 0.0f;
+                for (int64_t c = 0; c < n_split; ++c) acc += w[c] * s0[c * slot + e * k_rb + r];
+                s0[e * k_rb + r] = acc;
+            }
+            s0[d * k_rb + r] = mx;
+            s0[d * k_rb + k_rb + r] = l;
         }
+        store_rows(a, kvh, r0, nr, s0 + d * k_rb, s0 + d * k_rb + k_rb, s0);
     });
 }
 
