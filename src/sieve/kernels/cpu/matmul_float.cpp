@@ -1,5 +1,17 @@
-// matmul_float: the f32 path of matmul (see matmul_float.h), threaded over
-// (row tile, token tile) tasks like the integer path in matmul.cpp.
+// matmul_float: the f32 path of matmul (see matmul_float.h).
+//
+//   decode (1 token): tasks of consecutive rows; each row is streamed once,
+//     F16 / BF16 converted to f32 in registers (no scratch), one FMA chain
+//     per 16 lanes.
+//   batched decode (2..k_stream_max_tokens): the same, 4 rows x up to 6
+//     tokens of accumulators, so each weight vector feeds several tokens.
+//   prefill: tasks of 16 rows x 192 tokens, k cut into blocks of 512 whose
+//     weights are decoded to an f32 slab in L1/L2; a 4 x 6 register-blocked
+//     micro-kernel (24 accumulators) runs over each block.
+//
+// All three accumulate every output in the same lane order (see "Register-
+// blocked micro-kernel" below), so results are bitwise independent of the
+// thread count and of which path or batch computed them.
 #include "sieve/kernels/cpu/matmul_float.h"
 
 #include <algorithm>
@@ -10,7 +22,6 @@
 #include "sieve/core/aligned.h"
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
-#include "sieve/kernels/cpu/simd.h"
 #include "sieve/quant/dequant.h"
 
 namespace sieve::cpu {
