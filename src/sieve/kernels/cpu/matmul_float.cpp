@@ -15,6 +15,7 @@
 #include "sieve/kernels/cpu/matmul_float.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "sieve/kernels/cpu/intrin.h"
