@@ -1,6 +1,7 @@
 // Float path of matmul: weights stored as F32, F16, BF16 or a type without
-// an integer-dot path (Q6_K, Q2_K, Q3_K, ...), or any type when the caller asks
-// for exact f32 activations. Private to kernels/cpu; matmul.cpp drives it.
+// an integer-dot path (Q2_K, Q3_K, IQ types, ...), or any type (Q6_K and the
+// 32-element block types included) when the caller asks for exact f32
+// activations. Private to kernels/cpu; matmul.cpp drives it.
 #pragma once
 
 #include <cstdint>
