@@ -118,6 +118,9 @@ BENCHMARK_CAPTURE(bm_matmul, q6_k_576x1536, GgmlType::Q6_K, 576, 1536)->Arg(1)->
 // The same shape in the types the Q4_K_M file is compared against.
 BENCHMARK_CAPTURE(bm_matmul, q4_0_576x1536, GgmlType::Q4_0, 576, 1536)->Arg(1)->Arg(8)->Arg(64);
 BENCHMARK_CAPTURE(bm_matmul, q8_0_576x1536, GgmlType::Q8_0, 576, 1536)->Arg(1)->Arg(8)->Arg(64);
+// Llama-3.2-1B shapes in Q4_0, decode (weights read in place).
+BENCHMARK_CAPTURE(bm_matmul, q4_0_2048x2048, GgmlType::Q4_0, 2048, 2048)->Arg(1)->Arg(4);
+BENCHMARK_CAPTURE(bm_matmul, q4_0_8192x2048, GgmlType::Q4_0, 8192, 2048)->Arg(1)->Arg(4);
 // Llama-3.2-1B shapes on the float path (F16 / BF16 weights): decode, batched decode, prefill.
 BENCHMARK_CAPTURE(bm_matmul, f16_2048x2048, GgmlType::F16, 2048, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
 BENCHMARK_CAPTURE(bm_matmul, f16_8192x2048, GgmlType::F16, 8192, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);

@@ -379,14 +379,15 @@ struct RawSrc {
             const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
         } else {
-            // 128-bit lanes [qs0, qs0, qs1, qs1]; lanes 1 and 3 shifted down a
-            // nibble, then masked: [lo0, hi0, lo1, hi1] = elements in order.
-            const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + k_qs));
-            const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + k_size + k_qs))
-                                   : _mm_setzero_si128();
-            const __m512i q = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
-            const __m512i dup = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0), q);
-            const __m512i v = _mm512_mask_blend_epi64(0xcc, dup, _mm512_srli_epi16(dup, 4));
+            // 128-bit lanes [qs0, qs0, qs1, qs1] straight from two broadcast
+            // loads (no shuffle uop); lanes 1 and 3 shifted down a nibble, then
+            // masked: [lo0, hi0, lo1, hi1] = elements in order.
+            const __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + k_qs)));
+            const __m256i q1 = two ? _mm256_broadcastsi128_si256(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + k_size + k_qs)))
+                                   : _mm256_setzero_si256();
+            const __m512i dup = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+            const __m512i v = _mm512_srlv_epi64(dup, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
             const __m512i nib = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
             if constexpr (!k_q5) {
                 return nib;
