@@ -18,26 +18,6 @@
 
 namespace sieve::cpu {
 
-namespace {
-
-
-// thread_local for the same reason as in matmul.cpp: persistent pool threads
-// keep their buffers, which only grow, so steady-state calls do not allocate.
-struct AttnScratch {
-    AlignedBuffer<float> rows;     // per thread: scores
-    AlignedBuffer<float> partial;  // calling thread only: decode partials of all tasks
-};
-AttnScratch &attn_scratch() {
-    static thread_local AttnScratch s;
-    return s;
-}
-float *grow(AlignedBuffer<float> &b, int64_t n) {
-    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-    return b.data();
-}
-
-}  // namespace
-
 void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     attn_check_args(a, "attention_decode");
     SIEVE_CHECKF(a.n_q == 1, "attention_decode: n_q = %lld, expected 1 (use attention_prefill)",
@@ -48,12 +28,12 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk;
     // partial[h][c] = (m, l, acc[d])
     const int64_t part_len = d + 2;
-    float *partial = grow(attn_scratch().partial, a.n_head * n_chunks * part_len);
+    float *partial = decode::grow(decode::scratch().partial, a.n_head * n_chunks * part_len);
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
         const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
-        float *s = grow(attn_scratch().rows, group * decode::k_blk);
+        float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);
         float *part0 = partial + (h0 * n_chunks + c) * part_len;  // head h0 + g at part0 + g * hstride
         decode::init_parts(part0, group, hstride, d);
         for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {

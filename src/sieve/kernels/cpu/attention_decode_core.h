@@ -14,12 +14,31 @@
 #include <cmath>
 #include <cstdint>
 
+#include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/simd.h"
 
 namespace sieve::cpu::decode {
 
 // Rows per inner block: the group's scores of one block stay in L1.
 constexpr int64_t k_blk = 64;
+
+// Per-thread buffers shared by both decode kernels, so the lane and paged
+// kernels also write their scores and partials at the same addresses (one
+// less difference between the two in the comparison). thread_local because
+// the pool's threads are persistent: buffers only grow, steady-state calls do
+// not allocate.
+struct Scratch {
+    AlignedBuffer<float> scores;   // per thread: [group * k_blk]
+    AlignedBuffer<float> partial;  // calling thread: partials of all tasks
+};
+inline Scratch &scratch() {
+    static thread_local Scratch s;
+    return s;
+}
+inline float *grow(AlignedBuffer<float> &b, int64_t n) {
+    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+    return b.data();
+}
 
 // How a decode call splits each KV head's keys into chunks (tasks). Both
 // kernels use this one plan so the lane-vs-block comparison differs only in

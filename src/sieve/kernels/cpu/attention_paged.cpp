@@ -12,19 +12,6 @@ namespace sieve::cpu {
 
 namespace {
 
-struct PagedScratch {
-    AlignedBuffer<float> scores;   // per thread
-    AlignedBuffer<float> partial;  // calling thread: partials of all tasks
-};
-PagedScratch &paged_scratch() {
-    static thread_local PagedScratch s;
-    return s;
-}
-float *grow(AlignedBuffer<float> &b, int64_t n) {
-    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-    return b.data();
-}
-
 void check_args(const PagedAttnArgs &a, const char *who) {
     SIEVE_CHECKF(a.n_kv >= 1 && a.block_size >= 1 && a.n_head >= 1 && a.n_head_kv >= 1 &&
                      a.n_head % a.n_head_kv == 0 && a.head_dim >= 1,
@@ -47,12 +34,12 @@ void attention_decode_paged(const PagedAttnArgs &a, ThreadPool &pool) {
     const decode::ChunkPlan plan = decode::plan_chunks(a.n_kv, a.n_head_kv, pool.n_threads(), align);
     const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk;
     const int64_t part_len = d + 2;
-    float *partial = grow(paged_scratch().partial, a.n_head * n_chunks * part_len);
+    float *partial = decode::grow(decode::scratch().partial, a.n_head * n_chunks * part_len);
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, a.n_kv);
         const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
-        float *s = grow(paged_scratch().scores, group * decode::k_blk);
+        float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);
         float *part0 = partial + (h0 * n_chunks + c) * part_len;
         decode::init_parts(part0, group, hstride, d);
         // Chunks start on block boundaries; within a block a head's rows are
