@@ -83,25 +83,7 @@ inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
 inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
 inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
-// e^x for x <= 0 as simd::exp_neg, with 2^n built in the exponent field; the
-// clamp at -87 keeps n >= -126 (a normal float), e^-87 ~ 1.6e-38 counts as 0
-// next to the row's maximum term, which is 1.
-inline V vexp_neg(V x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const V n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    V p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+inline V vexp_neg(V x) { return simd::exp_neg(x); }
 inline V vmask_gt(V x, V idx, V lim) {
     return _mm256_blendv_ps(x, _mm256_set1_ps(-INFINITY), _mm256_cmp_ps(idx, lim, _CMP_GT_OQ));
 }
