@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -14,28 +15,46 @@ using sieve::test::random_values;
 
 namespace {
 
+// A lane of n floats starting on a cache line like the KV stores' lanes
+// (they start on pages), or `misalign` floats past one: the decode kernel has
+// a register-resident path for aligned rows and a generic one otherwise.
+struct Lane {
+    std::vector<float> store;
+    float *p = nullptr;
+    Lane(std::vector<float> values, int64_t misalign) : store(values.size() + 16 + static_cast<size_t>(misalign)) {
+        const uintptr_t a = reinterpret_cast<uintptr_t>(store.data());
+        p = store.data() + (((a + 63) & ~uintptr_t(63)) - a) / sizeof(float) + misalign;
+        std::copy(values.begin(), values.end(), p);
+    }
+    Lane(const Lane &) = delete;
+    Lane(Lane &&) = default;
+};
+
 // One sequence's attention inputs. Keys past the last visible one (n_kv >
 // q_pos0 + n_q) are filled with NaN: a kernel that reads them fails loudly.
 struct AttnCase {
     int64_t n_head, n_head_kv, head_dim, n_q, q_pos0, n_kv;
     std::vector<float> q;
-    std::vector<std::vector<float>> k, v;
+    std::vector<Lane> k, v;
     std::vector<const float *> k_ptr, v_ptr;
 
-    AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, int64_t pos0, int64_t nkv)
+    AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, int64_t pos0, int64_t nkv,
+             int64_t misalign = 0)
         : n_head(nh), n_head_kv(nh_kv), head_dim(d), n_q(nq), q_pos0(pos0), n_kv(nkv) {
         // sigma 0.5 puts the scaled scores in a realistic range; the outliers
         // make some rows nearly one-hot.
         q = random_values(rng, static_cast<size_t>(nq * nh * d), 0.5f);
         const int64_t n_vis = pos0 + nq;
         for (int64_t h = 0; h < nh_kv; ++h) {
-            k.push_back(random_values(rng, static_cast<size_t>(nkv * d), 0.5f));
-            v.push_back(random_values(rng, static_cast<size_t>(nkv * d)));
-            std::fill(k.back().begin() + n_vis * d, k.back().end(), NAN);
-            std::fill(v.back().begin() + n_vis * d, v.back().end(), NAN);
+            std::vector<float> kh = random_values(rng, static_cast<size_t>(nkv * d), 0.5f);
+            std::vector<float> vh = random_values(rng, static_cast<size_t>(nkv * d));
+            std::fill(kh.begin() + n_vis * d, kh.end(), NAN);
+            std::fill(vh.begin() + n_vis * d, vh.end(), NAN);
+            k.emplace_back(std::move(kh), misalign);
+            v.emplace_back(std::move(vh), misalign);
         }
-        for (auto &x : k) k_ptr.push_back(x.data());
-        for (auto &x : v) v_ptr.push_back(x.data());
+        for (auto &x : k) k_ptr.push_back(x.p);
+        for (auto &x : v) v_ptr.push_back(x.p);
     }
     cpu::AttnArgs args(float *o, float *lse) const {
         cpu::AttnArgs a;
@@ -75,7 +94,7 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
     std::vector<float> vmax(static_cast<size_t>(c.n_head_kv), 0.0f);
     for (int64_t h = 0; h < c.n_head_kv; ++h)
         for (int64_t i = 0; i < n_vis * c.head_dim; ++i)
-            vmax[h] = std::max(vmax[h], std::fabs(c.v[h][i]));
+            vmax[h] = std::max(vmax[h], std::fabs(c.v_ptr[h][i]));
     const char *name = kernel == Kernel::prefill ? "prefill" : "decode";
     int n_bad = 0;
     for (int64_t i = 0; i < c.n_q && n_bad < 5; ++i) {
@@ -136,6 +155,21 @@ TEST(Attention, DecodeMatchesReferenceAtManyLengths) {
                     check(AttnCase(rng, hh.n_head, hh.n_head_kv, d, 1, n_kv - 1, n_kv), Kernel::decode, pool);
                 }
     }
+}
+
+TEST(Attention, DecodeHeadDimsAndGroupsOfTheRegisterPath) {
+    // Aligned lanes of head dims 32/64/128/256 take the register-resident
+    // V accumulation, in tiles of 16/d*16 heads: groups 1, 5 and 7 leave
+    // remainders after the tiles; the same cases misaligned by one and three
+    // floats take the generic loop, and both must match the reference.
+    std::mt19937 rng(51);
+    ThreadPool pool(2);
+    const Heads heads[] = {{2, 2}, {10, 2}, {14, 2}};
+    for (int64_t misalign : {0, 1, 3})
+        for (Heads hh : heads)
+            for (int64_t d : {32, 64, 128, 256})
+                for (int64_t n_kv : {1, 70, 1500})
+                    check(AttnCase(rng, hh.n_head, hh.n_head_kv, d, 1, n_kv - 1, n_kv, misalign), Kernel::decode, pool);
 }
 
 TEST(Attention, DecodeIgnoresKeysPastTheQuery) {

@@ -26,8 +26,8 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     const int64_t n_vis = a.q_pos0 + 1;
     const decode::ChunkPlan plan = decode::plan_chunks(n_vis, a.n_head_kv, pool.n_threads(), decode::k_blk);
     const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk;
-    // partial[h][c] = (m, l, acc[d])
-    const int64_t part_len = d + 2;
+    // partial[h][c] = (acc[d], m, l), part_len(d) floats
+    const int64_t part_len = decode::part_len(d);
     float *partial = decode::grow(decode::scratch().partial, a.n_head * n_chunks * part_len);
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;

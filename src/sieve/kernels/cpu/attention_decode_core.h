@@ -4,10 +4,17 @@
 // the rows come from.
 //
 // A task owns one KV head's query group (group heads) and a chunk of keys.
-// Its partial result per head g lives at part0 + g * hstride as (m, l,
-// acc[d]): running max of the scaled scores, sum of exp(score - m), and the
-// exp-weighted sum of V rows. decode_merge() combines the chunks of every
-// head (flash-decoding).
+// Its partial result per head g lives at part0 + g * hstride as (acc[d], m,
+// l): the exp-weighted sum of V rows, the running max of the scaled scores,
+// and the sum of exp(score - m). merge() combines the chunks of every head
+// (flash-decoding).
+//
+// acc comes first and every partial is part_len(d) floats, a multiple of 16,
+// so each acc starts on a cache line (the scratch is 64-byte aligned). With
+// (m, l) first, acc sat 8 bytes into a line: every 64-byte access straddled
+// two lines, and where one straddled a 4 KiB page boundary (which partials
+// did depended on where the scratch landed in the page, i.e. on the process)
+// the read-modify-write per V row slowed the whole kernel 2-2.5x.
 #pragma once
 
 #include <algorithm>
@@ -63,11 +70,71 @@ inline ChunkPlan plan_chunks(int64_t n_kv, int64_t n_head_kv, int n_threads, int
     return p;
 }
 
+// Floats per partial: acc rounded up to whole cache lines, then m and l.
+inline int64_t part_len(int64_t d) { return (d + 15) / 16 * 16 + 16; }
+inline int64_t m_at(int64_t d) { return (d + 15) / 16 * 16; }  // l at m_at(d) + 1
+
 inline void init_parts(float *part0, int64_t group, int64_t hstride, int64_t d) {
     for (int64_t g = 0; g < group; ++g) {
-        part0[g * hstride] = -INFINITY;
-        part0[g * hstride + 1] = 0.0f;
-        std::fill(part0 + g * hstride + 2, part0 + g * hstride + 2 + d, 0.0f);
+        float *part = part0 + g * hstride;
+        std::fill(part, part + d, 0.0f);
+        part[m_at(d)] = -INFINITY;
+        part[m_at(d) + 1] = 0.0f;
+    }
+}
+
+#if defined(__AVX512F__)
+// acc[g] += sum_j s[g * k_blk + j] * v[j] for the heads of the group, with
+// the accumulators in registers across the block: each V row is loaded once
+// per tile of GT heads (from L1 after the first tile) and nothing is stored
+// until the block ends. D16 = d / 16.
+template <int D16, int GT>
+inline void pv_tile(const float *s, const float *v_rows, int64_t nb, float *acc0, int64_t hstride) {
+    __m512 acc[GT][D16];
+    for (int t = 0; t < GT; ++t)
+        for (int i = 0; i < D16; ++i) acc[t][i] = _mm512_load_ps(acc0 + t * hstride + 16 * i);
+    for (int64_t j = 0; j < nb; ++j) {
+        __m512 v[D16];
+        for (int i = 0; i < D16; ++i) v[i] = _mm512_load_ps(v_rows + j * 16 * D16 + 16 * i);
+        for (int t = 0; t < GT; ++t) {
+            const __m512 p = _mm512_set1_ps(s[t * k_blk + j]);
+            for (int i = 0; i < D16; ++i) acc[t][i] = _mm512_fmadd_ps(p, v[i], acc[t][i]);
+        }
+    }
+    for (int t = 0; t < GT; ++t)
+        for (int i = 0; i < D16; ++i) _mm512_store_ps(acc0 + t * hstride + 16 * i, acc[t][i]);
+}
+
+// Heads in tiles of up to 16 / D16 (16 accumulator registers).
+template <int D16>
+inline void pv_heads(const float *s, int64_t group, const float *v_rows, int64_t nb, float *part0,
+                     int64_t hstride) {
+    constexpr int GT = D16 >= 16 ? 1 : 16 / D16;
+    int64_t g = 0;
+    for (; g + GT <= group; g += GT) pv_tile<D16, GT>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
+    for (; g < group; ++g) pv_tile<D16, 1>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
+}
+#endif
+
+// Step 3 of block(): every head's acc += its block probabilities times V.
+inline void pv(const float *s, int64_t group, const float *v_rows, int64_t nb, int64_t d, float *part0,
+               int64_t hstride) {
+#if defined(__AVX512F__)
+    // V rows are 64-byte aligned when d is a multiple of 16 (lanes and
+    // blocks start on pages); other head sizes take the generic loop.
+    if (reinterpret_cast<uintptr_t>(v_rows) % 64 == 0) {
+        switch (d) {
+        case 64: return pv_heads<4>(s, group, v_rows, nb, part0, hstride);
+        case 128: return pv_heads<8>(s, group, v_rows, nb, part0, hstride);
+        case 32: return pv_heads<2>(s, group, v_rows, nb, part0, hstride);
+        case 256: return pv_heads<16>(s, group, v_rows, nb, part0, hstride);
+        default: break;
+        }
+    }
+#endif
+    for (int64_t j = 0; j < nb; ++j) {
+        const float *vr = v_rows + j * d;
+        for (int64_t g = 0; g < group; ++g) simd::scale_axpy(part0 + g * hstride, 1.0f, s[g * k_blk + j], vr, d);
     }
 }
 
@@ -81,38 +148,36 @@ inline void block(const float *q, int64_t group, const float *k_rows, const floa
         for (int64_t g = 0; g < group; ++g) s[g * k_blk + j] = scale * simd::dot(q + g * d, kr, d);
     }
     // 2. Online softmax per head over the block.
+    const int64_t mi = m_at(d);
     for (int64_t g = 0; g < group; ++g) {
         float *part = part0 + g * hstride, *sg = s + g * k_blk;
         float bmax = -INFINITY;
         for (int64_t j = 0; j < nb; ++j) bmax = std::max(bmax, sg[j]);
-        const float m_new = std::max(part[0], bmax);
-        const float alpha = std::exp(part[0] - m_new);  // 0 on the first block (m = -inf)
+        const float m_new = std::max(part[mi], bmax);
+        const float alpha = std::exp(part[mi] - m_new);  // 0 on the first block (m = -inf)
         const float sum = simd::exp_sub_sum(sg, m_new, nb);
-        if (alpha != 1.0f) simd::scale(part + 2, alpha, d);
-        part[0] = m_new;
-        part[1] = part[1] * alpha + sum;
+        if (alpha != 1.0f) simd::scale(part, alpha, d);
+        part[mi] = m_new;
+        part[mi + 1] = part[mi + 1] * alpha + sum;
     }
-    // 3. Each V row read once, accumulated into every head of the group.
-    for (int64_t j = 0; j < nb; ++j) {
-        const float *vr = v_rows + j * d;
-        for (int64_t g = 0; g < group; ++g) simd::scale_axpy(part0 + g * hstride + 2, 1.0f, s[g * k_blk + j], vr, d);
-    }
+    // 3. Each V row read once per tile of heads, accumulated in registers.
+    pv(s, group, v_rows, nb, d, part0, hstride);
 }
 
-// partial: [n_head][n_chunks] x (m, l, acc[d]) -> o [n_head, d], lse [n_head] (optional).
+// partial: [n_head][n_chunks] x part_len(d) -> o [n_head, d], lse [n_head] (optional).
 inline void merge(const float *partial, int64_t n_head, int64_t n_chunks, int64_t d, float *o, float *lse) {
-    const int64_t part_len = d + 2;
+    const int64_t pl = part_len(d), mi = m_at(d);
     for (int64_t h = 0; h < n_head; ++h) {
-        const float *ph = partial + h * n_chunks * part_len;
+        const float *ph = partial + h * n_chunks * pl;
         float mx = -INFINITY;
-        for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, ph[c * part_len]);
+        for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, ph[c * pl + mi]);
         float *out = o + h * d;
         std::fill(out, out + d, 0.0f);
         float l = 0.0f;
         for (int64_t c = 0; c < n_chunks; ++c) {
-            const float w = std::exp(ph[c * part_len] - mx);
-            l += ph[c * part_len + 1] * w;
-            simd::scale_axpy(out, 1.0f, w, ph + c * part_len + 2, d);
+            const float w = std::exp(ph[c * pl + mi] - mx);
+            l += ph[c * pl + mi + 1] * w;
+            simd::scale_axpy(out, 1.0f, w, ph + c * pl, d);
         }
         simd::scale(out, 1.0f / l, d);
         if (lse) lse[h] = mx + std::log(l);

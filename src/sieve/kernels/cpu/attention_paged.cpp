@@ -33,7 +33,7 @@ void attention_decode_paged(const PagedAttnArgs &a, ThreadPool &pool) {
     const int64_t align = bs >= decode::k_blk ? bs : bs * ((decode::k_blk + bs - 1) / bs);
     const decode::ChunkPlan plan = decode::plan_chunks(a.n_kv, a.n_head_kv, pool.n_threads(), align);
     const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk;
-    const int64_t part_len = d + 2;
+    const int64_t part_len = decode::part_len(d);
     float *partial = decode::grow(decode::scratch().partial, a.n_head * n_chunks * part_len);
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;
