@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels_test_util.h"
+#include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/matmul_q8.h"
 #include "sieve/kernels/cpu/ops.h"
 
@@ -357,6 +358,66 @@ TEST(MatmulQ8, KQuantDotsAgreeWithPortableAndRaw) {
                     if (raw) {
                         EXPECT_EQ(a[t], c[t]) << type_name(type) << " raw vs unpacked, n_cols " << n_cols;
                     }
+                }
+            }
+        }
+    }
+}
+
+TEST(MatmulQ8, PackedTileDotAgreesWithRowDot) {
+    // The prefill tile (16 rows interleaved, rows in the SIMD lanes) against
+    // the portable per-row dot on the same q8 activations: partial tiles
+    // (1, 7, 16 rows; rows past n_rows must stay untouched), 1..8 tokens, one
+    // outlier per activation row so block scales differ a lot, and widths
+    // with one block, an odd block count and several K-quant super-blocks.
+    if (!cpu::q8::has_tile()) GTEST_SKIP() << "packed tiles need an AVX-512 VNNI build";
+    std::mt19937 rng(19);
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                          GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        const bool k = type_traits(type)->block_size == 256;
+        for (int64_t n_cols : k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 608}) {
+            const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
+            for (int n_rows : {1, 7, 16}) {
+                const auto w = random_weights(rng, type, n_rows, n_cols);
+                AlignedBuffer<uint8_t> scratch(static_cast<size_t>(cpu::q8::k_tile_rows * s.stride_bytes));
+                AlignedBuffer<uint8_t> tile(static_cast<size_t>(cpu::q8::tile_bytes(type, s)));
+                cpu::q8::pack_tile(type, w.bytes.data(), w.view.row_bytes, n_rows, s, scratch.data(), tile.data());
+                auto x = random_values(rng, static_cast<size_t>(8 * n_cols));
+                std::vector<uint8_t> xq(static_cast<size_t>(8 * s.act_stride_bytes));
+                const uint8_t *acts[8];
+                for (int t = 0; t < 8; ++t) {
+                    x[static_cast<size_t>(t * n_cols + (53 * t + 11) % n_cols)] = 40.0f - 9.0f * static_cast<float>(t);
+                    cpu::q8::quantize_act(x.data() + t * n_cols, s, xq.data() + t * s.act_stride_bytes);
+                    acts[t] = xq.data() + t * s.act_stride_bytes;
+                }
+                std::vector<uint8_t> wq(static_cast<size_t>(s.stride_bytes));
+                std::vector<float> row(static_cast<size_t>(n_cols));
+                for (int n_act = 1; n_act <= 8; ++n_act) {
+                    std::vector<float> out(static_cast<size_t>(8 * 16), NAN);
+                    float *outs[8];
+                    for (int t = 0; t < 8; ++t) outs[t] = out.data() + 16 * t;
+                    cpu::q8::tile_dot(type, tile.data(), acts, n_act, s, outs, n_rows);
+                    for (int r = 0; r < n_rows; ++r) {
+                        cpu::q8::unpack_weight(type, w.bytes.data() + r * w.view.row_bytes, s, wq.data());
+                        dequantize_row(type, w.bytes.data() + r * w.view.row_bytes, row.data(), n_cols);
+                        for (int t0 = 0; t0 < n_act; t0 += 4) {
+                            const int n = std::min(4, n_act - t0);
+                            float want[4];
+                            cpu::q8::dot_portable(type, wq.data(), acts + t0, n, s, want);
+                            for (int t = t0; t < t0 + n; ++t) {
+                                double abs_sum = 0.0;
+                                for (int64_t i = 0; i < n_cols; ++i)
+                                    abs_sum += std::fabs(row[i] * x[static_cast<size_t>(t * n_cols + i)]);
+                                EXPECT_NEAR(out[static_cast<size_t>(16 * t + r)], want[t - t0], 1e-5 * abs_sum)
+                                    << type_name(type) << " n_cols " << n_cols << " rows " << n_rows << " tokens "
+                                    << n_act << " (t=" << t << ", r=" << r << ")";
+                            }
+                        }
+                    }
+                    for (int t = 0; t < 8; ++t)
+                        for (int r = t < n_act ? n_rows : 0; r < 16; ++r)
+                            EXPECT_TRUE(std::isnan(out[static_cast<size_t>(16 * t + r)]))
+                                << type_name(type) << ": wrote past the tile at (t=" << t << ", r=" << r << ")";
                 }
             }
         }

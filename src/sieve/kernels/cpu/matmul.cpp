@@ -36,6 +36,9 @@ namespace {
 
 constexpr int64_t k_row_tile = 16;
 constexpr int64_t k_tok_tile = 64;
+// Token tile of the packed prefill path: packing 16 rows costs about as much
+// as 20-40 tokens of dots, so a tile serves up to 256 tokens.
+constexpr int64_t k_tok_tile_packed = 256;
 // Up to this many tokens the q8 path reads weight blocks in place (see matmul_q8.h).
 constexpr int64_t k_raw_max_tokens = 16;
 
@@ -46,6 +49,7 @@ constexpr int64_t k_raw_max_tokens = 16;
 struct Scratch {
     AlignedBuffer<uint8_t> act;   // calling thread only: quantized activations for all tokens
     AlignedBuffer<uint8_t> tile;  // per thread: decoded weight rows
+    AlignedBuffer<uint8_t> packed;  // per thread: a packed 16-row tile (q8::pack_tile)
 };
 Scratch &scratch() {
     static thread_local Scratch s;
@@ -100,7 +104,7 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
                           (total_rows + pool.n_threads() * k_tasks_per_thread - 1) / (pool.n_threads() * k_tasks_per_thread) /
                               k_row_tile * k_row_tile)
                : k_row_tile;
-    const int64_t tok_chunk = decode ? n_tokens : k_tok_tile;
+    const int64_t tok_chunk = decode ? n_tokens : q8::has_tile() ? k_tok_tile_packed : k_tok_tile;
     const int64_t n_tok_tiles = (n_tokens + tok_chunk - 1) / tok_chunk;
     // First task of each matrix: tasks [task0[m], task0[m+1]) are its row chunks.
     int64_t task0[8] = {0};
@@ -120,6 +124,26 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
         // only pays off when the unpacked rows serve many tokens.
         const bool raw = decode && q8::has_dot_raw(w.type);
         uint8_t *tile = raw ? nullptr : grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
+        if (!decode && q8::has_tile()) {
+            // Prefill: 16 rows packed once per task, then 8 tokens per pass
+            // with the 16 rows in the lanes (q8::tile_dot).
+            uint8_t *packed = grow(scratch().packed, static_cast<size_t>(q8::tile_bytes(w.type, s)));
+            for (int64_t rb = r0; rb < r1; rb += q8::k_tile_rows) {
+                const int n_r = static_cast<int>(std::min<int64_t>(q8::k_tile_rows, r1 - rb));
+                q8::pack_tile(w.type, base + rb * w.row_bytes, w.row_bytes, n_r, s, tile, packed);
+                for (int64_t t = t0; t < t1; t += 8) {
+                    const int n_act = static_cast<int>(std::min<int64_t>(8, t1 - t));
+                    const uint8_t *acts[8];
+                    float *outs[8];
+                    for (int j = 0; j < n_act; ++j) {
+                        acts[j] = act + (t + j) * s.act_stride_bytes;
+                        outs[j] = y + (t + j) * w.n_rows + rb;
+                    }
+                    q8::tile_dot(w.type, packed, acts, n_act, s, outs, n_r);
+                }
+            }
+            return;
+        }
         // Sub-tiles of k_row_tile rows: the unpacked rows stay in L1 while
         // every token of the token tile uses them.
         for (int64_t rb = r0; rb < r1; rb += k_row_tile) {

@@ -744,4 +744,113 @@ void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act
     SIEVE_CHECKF(false, "dot_raw: no direct path for %s (check has_dot_raw first)", type_name(type));
 }
 
+#if SIEVE_Q8_VNNI
+namespace {
+
+inline int64_t tile_groups(GgmlType type, const RowShape &s) {
+    return type == GgmlType::Q6_K ? 2 * s.n_blocks : s.n_blocks;
+}
+
+// T tokens against a packed tile. Q6: groups of 16 columns (two per
+// activation block, correction with the half-block sums).
+template <int T, bool Q6>
+void tile_dot_t(const uint8_t *tile, const uint8_t *const *acts, const RowShape &s, float *const *out,
+                __mmask16 m) {
+    const int64_t n_cols = s.n_blocks * k_block;
+    const int64_t n_groups = Q6 ? 2 * s.n_blocks : s.n_blocks;
+    const float *D = reinterpret_cast<const float *>(tile + 16 * n_cols), *C = D + 16 * n_groups;
+    ConstRowParts a[T];
+    for (int t = 0; t < T; ++t) a[t] = parts(acts[t], s);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    constexpr int quads = Q6 ? 4 : 8;  // 4-column groups per scale group
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const uint8_t *wg = tile + g * quads * 64;
+        const int64_t col0 = g * quads * 4, b = Q6 ? g / 2 : g;
+        __m512i ia[T];
+        for (int t = 0; t < T; ++t) ia[t] = _mm512_setzero_si512();
+        for (int q = 0; q < quads; ++q) {
+            const __m512i w = _mm512_load_si512(wg + 64 * q);
+            for (int t = 0; t < T; ++t) {
+                int32_t x;
+                std::memcpy(&x, a[t].bytes + col0 + 4 * q, 4);
+                ia[t] = _mm512_dpbusd_epi32(ia[t], w, _mm512_set1_epi32(x));
+            }
+        }
+        const __m512 d = _mm512_load_ps(D + 16 * g), c = _mm512_load_ps(C + 16 * g);
+        for (int t = 0; t < T; ++t) {
+            const float sum_term = Q6 ? a[t].half[g] : a[t].aux[g];
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t]), _mm512_mul_ps(d, _mm512_set1_ps(a[t].scale[b])), acc[t]);
+            acc[t] = _mm512_fmadd_ps(c, _mm512_set1_ps(sum_term), acc[t]);
+        }
+    }
+    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(out[t], m, acc[t]);
+}
+
+template <bool Q6>
+void tile_dot_n(const uint8_t *tile, const uint8_t *const *acts, int n_act, const RowShape &s, float *const *out,
+                __mmask16 m) {
+    switch (n_act) {
+        case 1: return tile_dot_t<1, Q6>(tile, acts, s, out, m);
+        case 2: return tile_dot_t<2, Q6>(tile, acts, s, out, m);
+        case 3: return tile_dot_t<3, Q6>(tile, acts, s, out, m);
+        case 4: return tile_dot_t<4, Q6>(tile, acts, s, out, m);
+        case 5: return tile_dot_t<5, Q6>(tile, acts, s, out, m);
+        case 6: return tile_dot_t<6, Q6>(tile, acts, s, out, m);
+        case 7: return tile_dot_t<7, Q6>(tile, acts, s, out, m);
+        case 8: return tile_dot_t<8, Q6>(tile, acts, s, out, m);
+        default: SIEVE_CHECKF(false, "tile_dot: n_act = %d, expected 1..8", n_act);
+    }
+}
+
+}  // namespace
+#endif
+
+bool has_tile() { return SIEVE_Q8_VNNI != 0; }
+
+int64_t tile_bytes(GgmlType type, const RowShape &s) {
+    return 16 * s.n_blocks * k_block + 2 * 16 * 4 * (type == GgmlType::Q6_K ? 2 * s.n_blocks : s.n_blocks);
+}
+
+void pack_tile(GgmlType type, const uint8_t *rows, int64_t row_bytes, int n_rows, const RowShape &s,
+               uint8_t *row_scratch, uint8_t *tile) {
+#if SIEVE_Q8_VNNI
+    SIEVE_CHECKF(n_rows >= 1 && n_rows <= k_tile_rows, "pack_tile: n_rows = %d, expected 1..16", n_rows);
+    for (int r = 0; r < n_rows; ++r) unpack_weight(type, rows + r * row_bytes, s, row_scratch + r * s.stride_bytes);
+    std::memset(row_scratch + n_rows * s.stride_bytes, 0, static_cast<size_t>((k_tile_rows - n_rows) * s.stride_bytes));
+    // A 16 x (n_cols / 4) dword transpose: lane r of output vector k is
+    // dword k of row r.
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int>(s.stride_bytes / 4)));
+    const int64_t n_cols = s.n_blocks * k_block, n_groups = tile_groups(type, s);
+    for (int64_t k = 0; k < n_cols / 4; ++k)
+        _mm512_store_si512(tile + 64 * k, _mm512_i32gather_epi32(idx, row_scratch + 4 * k, 4));
+    float *D = reinterpret_cast<float *>(tile + 16 * n_cols), *C = D + 16 * n_groups;
+    const uint8_t *scale0 = row_scratch + s.n_pad * k_block, *aux0 = scale0 + 4 * s.n_pad;
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const __m512 d = _mm512_i32gather_ps(idx, scale0 + 4 * g, 4);
+        _mm512_store_ps(D + 16 * g, d);
+        // Q6_K: dsc runs on from `scale` into `aux` (matmul_q8.h), c = -32 dsc.
+        _mm512_store_ps(C + 16 * g, type == GgmlType::Q6_K ? _mm512_mul_ps(d, _mm512_set1_ps(-32.0f))
+                                                            : _mm512_i32gather_ps(idx, aux0 + 4 * g, 4));
+    }
+#else
+    (void)type, (void)rows, (void)row_bytes, (void)n_rows, (void)s, (void)row_scratch, (void)tile;
+    SIEVE_CHECKF(false, "pack_tile: needs an AVX-512 VNNI build (check has_tile first)");
+#endif
+}
+
+void tile_dot(GgmlType type, const uint8_t *tile, const uint8_t *const *acts, int n_act, const RowShape &s,
+              float *const *out, int n_rows) {
+#if SIEVE_Q8_VNNI
+    SIEVE_CHECKF(n_rows >= 1 && n_rows <= k_tile_rows, "tile_dot: n_rows = %d, expected 1..16", n_rows);
+    const __mmask16 m = static_cast<__mmask16>(n_rows == 16 ? 0xffffu : (1u << n_rows) - 1u);
+    if (type == GgmlType::Q6_K) return tile_dot_n<true>(tile, acts, n_act, s, out, m);
+    return tile_dot_n<false>(tile, acts, n_act, s, out, m);
+#else
+    (void)type, (void)tile, (void)acts, (void)n_act, (void)s, (void)out, (void)n_rows;
+    SIEVE_CHECKF(false, "tile_dot: needs an AVX-512 VNNI build (check has_tile first)");
+#endif
+}
+
 }  // namespace sieve::cpu::q8

@@ -66,4 +66,25 @@ void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act
 void dot_portable(GgmlType type, const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s,
                   float *out);
 
+// Prefill tiles (AVX-512 VNNI builds). k_tile_rows weight rows are packed
+// with their 4-byte column groups interleaved, dword k of tile row r at bytes
+// [(16 k + r) * 4, +4):
+//   [ bytes: 16 n_cols ][ D: 16 n_groups floats ][ C: 16 n_groups floats ]
+// A group is a 32-column block (D = d_b, C = c_b of the q8 row), or for
+// Q6_K a 16-column sub-block (D = dsc_j, C = -32 dsc_j). One vpdpbusd then
+// multiplies 4 columns of all 16 rows by the same 4 activation bytes (a
+// broadcast): its int32 lanes are the rows, a group's products add up in
+// int32, and each group costs one scale per token for 16 rows. No lane ever
+// mixes rows, so there is no horizontal sum: 16 outputs per vector.
+constexpr int k_tile_rows = 16;
+bool has_tile();
+int64_t tile_bytes(GgmlType type, const RowShape &s);
+// Packs n_rows <= k_tile_rows GGUF rows of `type` (row_bytes apart); tile
+// rows past n_rows are zero. row_scratch holds k_tile_rows * s.stride_bytes.
+void pack_tile(GgmlType type, const uint8_t *rows, int64_t row_bytes, int n_rows, const RowShape &s,
+               uint8_t *row_scratch, uint8_t *tile);
+// out[t][r] = dot(tile row r, activation row t) for r < n_rows, t < n_act (1..8).
+void tile_dot(GgmlType type, const uint8_t *tile, const uint8_t *const *acts, int n_act, const RowShape &s,
+              float *const *out, int n_rows);
+
 }  // namespace sieve::cpu::q8
