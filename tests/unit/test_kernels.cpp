@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -102,5 +104,30 @@ TEST(SiluMul, MatchesDouble) {
         const double g = gate0[i];
         const double want = g / (1.0 + std::exp(-g)) * up[i];
         EXPECT_NEAR(gate[i], want, 1e-6 * std::fabs(want) + 1e-30) << "gate " << g;
+    }
+}
+
+TEST(SiluMul, LargeMagnitudesAndAnySplit) {
+    // Saturated gates (sigmoid ~ 0 or 1, exp deep in the subnormal range)
+    // and the same element computed in a different position of the range:
+    // the forward pass splits rows across threads, so an element must not
+    // depend on whether it lands in a vector body or a tail.
+    std::mt19937 rng(6);
+    std::vector<float> gate0 = random_values(rng, 203, 1.0f);
+    const float big[] = {-120.0f, -95.5f, -60.25f, -30.0f, -17.0f, 17.0f, 30.0f, 60.25f, 95.5f, 120.0f};
+    for (size_t i = 0; i < std::size(big); ++i) gate0[7 + 19 * i] = big[i];
+    const auto up = random_values(rng, gate0.size());
+    std::vector<float> whole = gate0;
+    cpu::silu_mul(whole.data(), up.data(), static_cast<int64_t>(whole.size()));
+    for (size_t i = 0; i < gate0.size(); ++i) {
+        const double g = gate0[i];
+        const double want = g / (1.0 + std::exp(-g)) * up[i];
+        EXPECT_NEAR(whole[i], want, 1e-6 * std::fabs(want) + 1e-37) << "gate " << g;
+    }
+    for (int64_t cut : {1, 5, 16, 17, 100}) {
+        std::vector<float> split = gate0;
+        cpu::silu_mul(split.data(), up.data(), cut);
+        cpu::silu_mul(split.data() + cut, up.data() + cut, static_cast<int64_t>(split.size()) - cut);
+        EXPECT_EQ(0, std::memcmp(split.data(), whole.data(), whole.size() * sizeof(float))) << "cut at " << cut;
     }
 }

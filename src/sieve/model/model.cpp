@@ -203,6 +203,16 @@ bool wants_logits(const Batch &b, int64_t i) {
     return i + 1 == b.n_tokens || b.seq[i + 1] != b.seq[i];  // last token of its sequence
 }
 
+// Row-wise work on token ranges in parallel (prefill); a handful of tokens
+// stays on the calling thread. Each token's row is computed the same way
+// whatever the split.
+template <class F>
+void for_token_ranges(ThreadPool &pool, int64_t n_tokens, F &&fn) {
+    const int64_t n_tasks = n_tokens < 8 ? 1 : std::min<int64_t>(n_tokens, 2 * pool.n_threads());
+    if (n_tasks == 1) return fn(int64_t{0}, n_tokens);
+    pool.run(n_tasks, [&](int64_t task, int) { fn(n_tokens * task / n_tasks, n_tokens * (task + 1) / n_tasks); });
+}
+
 void add_inplace(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -333,7 +343,9 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         const LayerWeights &l = layers_[static_cast<size_t>(il)];
         const int li = static_cast<int>(il);
         // 1. attention block
-        cpu::rmsnorm(x, l.attn_norm, h, T, E, c.norm_eps);
+        for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+            cpu::rmsnorm(x + t0 * E, l.attn_norm, h + t0 * E, t1 - t0, E, c.norm_eps);
+        });
         dump("attn_norm", li, h, T, E);
         {
             // One dispatch (and one activation quantization) for all three.
@@ -341,13 +353,16 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             float *const qkv_y[3] = {q, k, v};
             cpu::matmul_multi(qkv_w, qkv_y, 3, h, T, pool, ws.act_precision);
         }
-        if (l.bq) {
-            add_bias(q, l.bq, T, c.q_dim());
-            add_bias(k, l.bk, T, c.kv_dim());
-            add_bias(v, l.bv, T, c.kv_dim());
-        }
-        cpu::rope(q, b.pos, T, c.n_head, c.head_dim, inv_freq_.data(), neox);
-        cpu::rope(k, b.pos, T, c.n_head_kv, c.head_dim, inv_freq_.data(), neox);
+        for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+            float *qt = q + t0 * c.q_dim(), *kt = k + t0 * c.kv_dim();
+            if (l.bq) {
+                add_bias(qt, l.bq, t1 - t0, c.q_dim());
+                add_bias(kt, l.bk, t1 - t0, c.kv_dim());
+                add_bias(v + t0 * c.kv_dim(), l.bv, t1 - t0, c.kv_dim());
+            }
+            cpu::rope(qt, b.pos + t0, t1 - t0, c.n_head, c.head_dim, inv_freq_.data(), neox);
+            cpu::rope(kt, b.pos + t0, t1 - t0, c.n_head_kv, c.head_dim, inv_freq_.data(), neox);
+        });
         dump("q", li, q, T, c.q_dim());
         dump("k", li, k, T, c.kv_dim());
         dump("v", li, v, T, c.kv_dim());
@@ -355,20 +370,23 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         dump("kqv_out", li, att, T, c.q_dim());
         cpu::matmul(l.wo, att, T, h, pool, ws.act_precision);
         dump("attn_out", li, h, T, E);
-        add_inplace(x, h, T * E);
+        for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) { add_inplace(x + t0 * E, h + t0 * E, (t1 - t0) * E); });
         dump("ffn_inp", li, x, T, E);
         // 2. feed-forward block (SwiGLU)
-        cpu::rmsnorm(x, l.ffn_norm, h, T, E, c.norm_eps);
+        for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+            cpu::rmsnorm(x + t0 * E, l.ffn_norm, h + t0 * E, t1 - t0, E, c.norm_eps);
+        });
         dump("ffn_norm", li, h, T, E);
         {
             const cpu::WeightView gate_up_w[2] = {l.w_gate, l.w_up};
             float *const gate_up_y[2] = {gate, up};
             cpu::matmul_multi(gate_up_w, gate_up_y, 2, h, T, pool, ws.act_precision);
         }
-        cpu::silu_mul(gate, up, T * F);
+        for_token_ranges(pool, T,
+                         [&](int64_t t0, int64_t t1) { cpu::silu_mul(gate + t0 * F, up + t0 * F, (t1 - t0) * F); });
         cpu::matmul(l.w_down, gate, T, h, pool, ws.act_precision);
         dump("ffn_out", li, h, T, E);
-        add_inplace(x, h, T * E);
+        for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) { add_inplace(x + t0 * E, h + t0 * E, (t1 - t0) * E); });
         dump("l_out", li, x, T, E);
     }
 
