@@ -131,6 +131,7 @@ private:
     Status bind();
     Status bind_matrix(const char *name, int64_t n_rows, int64_t n_cols, cpu::WeightView *out);
     Status bind_vector(const char *name, int64_t n, const float **out);
+    void repack_weights();
     Status validate(const Batch &batch, const KvCache &kv, const Workspace &ws) const;
     void attention(const Batch &batch, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t il) const;
 
@@ -142,6 +143,8 @@ private:
     std::vector<float> inv_freq_;
     // Vectors stored in a non-f32 type are converted once at load and kept here.
     std::vector<std::unique_ptr<float[]>> owned_;
+    // Q4_0 matrices repacked for the integer tile kernel (WeightView::q4_0x16).
+    std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> packed_;
     int64_t weight_bytes_ = 0;
 };
 
