@@ -22,6 +22,8 @@ TEST(MemBw, SumMatchesNaiveOnOddLengths) {
             want += x;
         }
         EXPECT_EQ(membw_sum_words(w.data(), n), want) << "n = " << n;
+        for (int streams : {2, 3, 4, 8})  // lockstep parts plus the leftover words
+            EXPECT_EQ(membw_sum_words(w.data(), n, streams), want) << "n = " << n << ", " << streams << " streams";
     }
 }
 
@@ -35,6 +37,7 @@ TEST(MemBw, MeasuresSmallBuffer) {
     ASSERT_EQ(r->median_gbps.size(), 2u);
     EXPECT_GT(r->gbps, 0.0);
     EXPECT_TRUE(r->best_threads == 1 || r->best_threads == 2);
+    EXPECT_TRUE(r->best_streams == 1 || r->best_streams == 2 || r->best_streams == 4);
     EXPECT_EQ(r->gbps, std::max(r->median_gbps[0], r->median_gbps[1]));
 }
 
@@ -51,6 +54,12 @@ TEST(MemBw, BadOptionsAreErrors) {
     o.buffer_bytes = int64_t{2} << 20;
     o.thread_counts = {0};
     EXPECT_FALSE(measure_read_bandwidth(o).ok());
+    o = MemBwOptions();
+    o.buffer_bytes = int64_t{2} << 20;
+    o.streams_per_thread = {9};
+    r = measure_read_bandwidth(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("streams per thread"), std::string::npos);
 }
 
 }  // namespace

@@ -391,15 +391,18 @@ int cmd_bench(int argc, char **argv) {
 
     double bw = o.bandwidth_gbps;
     if (bw <= 0) {
-        std::fprintf(stderr, "sieve bench: measuring memory read bandwidth (1 GiB buffer, 1 and 2 threads) ...\n");
+        std::fprintf(stderr,
+                     "sieve bench: measuring memory read bandwidth (1 GiB buffer, 1 and 2 threads, 1/2/4 streams each) ...\n");
         Result<MemBwResult> r = measure_read_bandwidth(MemBwOptions());
         if (!r.ok()) {
             std::fprintf(stderr, "sieve bench: %s (give --bandwidth GBPS)\n", r.status().message().c_str());
             return k_exit_error;
         }
         bw = r->gbps;
-        std::fprintf(stderr, "sieve bench: read bandwidth %.2f GB/s (1 thread %.2f, 2 threads %.2f; checksum %llx)\n", bw,
-                     r->median_gbps[0], r->median_gbps.size() > 1 ? r->median_gbps[1] : 0.0,
+        std::fprintf(stderr,
+                     "sieve bench: read bandwidth %.2f GB/s (1 thread %.2f, 2 threads %.2f; best with %d stream(s) per "
+                     "thread; checksum %llx)\n",
+                     bw, r->median_gbps[0], r->median_gbps.size() > 1 ? r->median_gbps[1] : 0.0, r->best_streams,
                      static_cast<unsigned long long>(r->checksum & 0xff));
     }
     const std::string cpu = cpu_model_name();
