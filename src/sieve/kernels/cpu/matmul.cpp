@@ -10,9 +10,14 @@
 //      q8 rows and an integer dot against activations quantized to 8 bits
 //      (matmul_q8.h); everything else (F16, BF16, Q2_K, Q3_K) is dequantized
 //      to f32 and dotted in f32, as is every type with ActPrecision::f32.
-//      F32 weights are used in place. With AVX-512 VNNI, tiles of at most
-//      k_raw_max_tokens tokens (decode) skip the scratch and expand the GGUF
-//      blocks in registers.
+//      F32 weights are used in place. With AVX-512 VNNI:
+//        - up to k_raw_max_tokens tokens (decode) skip the scratch and expand
+//          the GGUF blocks in registers (q8::dot_raw);
+//        - prefill packs each 16-row tile with the rows in the SIMD lanes
+//          (q8::pack_tile) and runs it against up to k_tok_tile_packed
+//          tokens, 8 per pass (q8::tile_dot);
+//        - Q4_0 matrices the model repacked at load (WeightView::q4_0x16)
+//          go straight to the tile kernel for decode and prefill alike.
 //
 // Every output element is computed by one task in a fixed order, so results
 // do not depend on the number of threads.
