@@ -424,20 +424,24 @@ TEST(MatmulQ8, PackedTileDotAgreesWithRowDot) {
     }
 }
 
-TEST(MatmulQ8, RepackedQ4_0MatchesTheTilePathBitForBit) {
-    // Q4_0 repacked at load (q4_0x16) must give exactly what the packed tile
+TEST(MatmulQ8, RepackedX16MatchesTheTilePathBitForBit) {
+    // Q4_0 / Q8_0 repacked at load (x16) must give exactly what the packed tile
     // kernel gives on the same rows, for 1..8 tokens, and through matmul the
     // same bits for a token whether it comes alone (decode) or in a prefill
     // batch, close to the reference on q8-rounded activations.
     if (!cpu::q8::has_tile()) GTEST_SKIP() << "the repacked layout needs an AVX-512 VNNI build";
     std::mt19937 rng(23);
     ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0})
     for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{16, 64}, {48, 576}, {32, 1536}}) {
-        ASSERT_TRUE(cpu::q8::q4_0x16_ok(n_rows, n_cols));
-        const auto w = random_weights(rng, GgmlType::Q4_0, n_rows, n_cols);
+        ASSERT_TRUE(cpu::q8::x16_ok(type, n_rows, n_cols));
+        EXPECT_FALSE(cpu::q8::x16_ok(type, n_rows + 1, n_cols));
+        EXPECT_FALSE(cpu::q8::x16_ok(type, n_rows, n_cols + 32));
+        const auto w = random_weights(rng, type, n_rows, n_cols);
         const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
-        AlignedBuffer<uint8_t> packed(static_cast<size_t>(n_rows / 16 * cpu::q8::q4_0x16_tile_stride(n_cols)));
-        cpu::q8::repack_q4_0x16(w.bytes.data(), w.view.row_bytes, n_rows, n_cols, packed.data());
+        const int64_t stride = cpu::q8::x16_tile_stride(type, n_cols);
+        AlignedBuffer<uint8_t> packed(static_cast<size_t>(n_rows / 16 * stride));
+        cpu::q8::repack_x16(type, w.bytes.data(), w.view.row_bytes, n_rows, n_cols, packed.data());
         auto x = random_values(rng, static_cast<size_t>(8 * n_cols));
         std::vector<uint8_t> xq(static_cast<size_t>(8 * s.act_stride_bytes));
         const uint8_t *acts[8];
@@ -447,23 +451,24 @@ TEST(MatmulQ8, RepackedQ4_0MatchesTheTilePathBitForBit) {
             acts[t] = xq.data() + t * s.act_stride_bytes;
         }
         AlignedBuffer<uint8_t> scratch(static_cast<size_t>(16 * s.stride_bytes));
-        AlignedBuffer<uint8_t> tile(static_cast<size_t>(cpu::q8::tile_bytes(GgmlType::Q4_0, s)));
+        AlignedBuffer<uint8_t> tile(static_cast<size_t>(cpu::q8::tile_bytes(type, s)));
         for (int64_t rt = 0; rt < n_rows / 16; ++rt) {
-            cpu::q8::pack_tile(GgmlType::Q4_0, w.bytes.data() + rt * 16 * w.view.row_bytes, w.view.row_bytes, 16, s,
+            cpu::q8::pack_tile(type, w.bytes.data() + rt * 16 * w.view.row_bytes, w.view.row_bytes, 16, s,
                                scratch.data(), tile.data());
             for (int n_act = 1; n_act <= 8; ++n_act) {
                 std::vector<float> a(128, NAN), b(128, NAN);
                 float *pa[8], *pb[8];
                 for (int t = 0; t < 8; ++t) pa[t] = a.data() + 16 * t, pb[t] = b.data() + 16 * t;
-                cpu::q8::tile_dot(GgmlType::Q4_0, tile.data(), acts, n_act, s, pa, 16);
-                cpu::q8::q4_0x16_dot(packed.data() + rt * cpu::q8::q4_0x16_tile_stride(n_cols), acts, n_act, s, pb);
+                cpu::q8::tile_dot(type, tile.data(), acts, n_act, s, pa, 16);
+                cpu::q8::x16_dot(type, packed.data() + rt * stride, acts, n_act, s, pb);
                 for (int i = 0; i < 16 * n_act; ++i)
                     ASSERT_EQ(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)])
-                        << n_rows << "x" << n_cols << " tile " << rt << " tokens " << n_act << " at " << i;
+                        << type_name(type) << " " << n_rows << "x" << n_cols << " tile " << rt << " tokens " << n_act
+                        << " at " << i;
             }
         }
         cpu::WeightView view = w.view;
-        view.q4_0x16 = packed.data();
+        view.x16 = packed.data();
         const int64_t n_tok = 70;
         const auto xs = random_values(rng, static_cast<size_t>(n_tok * n_cols));
         std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
@@ -473,7 +478,7 @@ TEST(MatmulQ8, RepackedQ4_0MatchesTheTilePathBitForBit) {
             std::vector<float> one(static_cast<size_t>(n_rows), NAN);
             cpu::matmul(view, xs.data() + t * n_cols, 1, one.data(), pool);
             EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * n_rows, static_cast<size_t>(n_rows) * sizeof(float)))
-                << "token " << t << " alone vs in a batch of " << n_tok;
+                << type_name(type) << " token " << t << " alone vs in a batch of " << n_tok;
         }
     }
 }

@@ -24,7 +24,7 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile &file) {
     return m;
 }
 
-// Q4_0 matrices get a copy in the 16-row tile layout (matmul_q8.h), which
+// Q4_0 and Q8_0 matrices get a copy in the 16-row tile layout (matmul_q8.h), which
 // the integer path reads for decode and prefill alike; the mapped original
 // stays for the f32 path. The copy has the file's size and the original's
 // pages are not touched again, so resident memory grows only by pages the
@@ -35,11 +35,11 @@ void Model::repack_weights() {
     for (LayerWeights &l : layers_)
         for (cpu::WeightView *w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(w);
     for (cpu::WeightView *w : views) {
-        if (w->type != GgmlType::Q4_0 || !cpu::q8::q4_0x16_ok(w->n_rows, w->n_cols)) continue;
+        if (!cpu::q8::x16_ok(w->type, w->n_rows, w->n_cols)) continue;
         auto buf = std::make_unique<AlignedBuffer<uint8_t>>(
-            static_cast<size_t>(w->n_rows / cpu::q8::k_tile_rows * cpu::q8::q4_0x16_tile_stride(w->n_cols)));
-        cpu::q8::repack_q4_0x16(w->data, w->row_bytes, w->n_rows, w->n_cols, buf->data());
-        w->q4_0x16 = buf->data();
+            static_cast<size_t>(w->n_rows / cpu::q8::k_tile_rows * cpu::q8::x16_tile_stride(w->type, w->n_cols)));
+        cpu::q8::repack_x16(w->type, w->data, w->row_bytes, w->n_rows, w->n_cols, buf->data());
+        w->x16 = buf->data();
         packed_.push_back(std::move(buf));
     }
 }

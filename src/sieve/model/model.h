@@ -143,7 +143,7 @@ private:
     std::vector<float> inv_freq_;
     // Vectors stored in a non-f32 type are converted once at load and kept here.
     std::vector<std::unique_ptr<float[]>> owned_;
-    // Q4_0 matrices repacked for the integer tile kernel (WeightView::q4_0x16).
+    // Q4_0 / Q8_0 matrices repacked for the integer tile kernel (WeightView::x16).
     std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> packed_;
     int64_t weight_bytes_ = 0;
 };

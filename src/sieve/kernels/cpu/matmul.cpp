@@ -16,7 +16,7 @@
 //        - prefill packs each 16-row tile with the rows in the SIMD lanes
 //          (q8::pack_tile) and runs it against up to k_tok_tile_packed
 //          tokens, 8 per pass (q8::tile_dot);
-//        - Q4_0 matrices the model repacked at load (WeightView::q4_0x16)
+//        - Q4_0 / Q8_0 matrices the model repacked at load (WeightView::x16)
 //          go straight to the tile kernel for decode and prefill alike.
 //
 // Every output element is computed by one task in a fixed order, so results
@@ -129,10 +129,10 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
         // only pays off when the unpacked rows serve many tokens.
         const bool raw = decode && q8::has_dot_raw(w.type);
         uint8_t *tile = raw ? nullptr : grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
-        if (w.q4_0x16) {
-            // Q4_0 repacked at load: decode and prefill both read 16-row
-            // tiles straight from the repacked copy.
-            const int64_t stride = q8::q4_0x16_tile_stride(w.n_cols);
+        if (w.x16) {
+            // Q4_0 / Q8_0 repacked at load: decode and prefill both read
+            // 16-row tiles straight from the repacked copy.
+            const int64_t stride = q8::x16_tile_stride(w.type, w.n_cols);
             for (int64_t rb = r0; rb < r1; rb += q8::k_tile_rows)
                 for (int64_t t = t0; t < t1; t += 8) {
                     const int n_act = static_cast<int>(std::min<int64_t>(8, t1 - t));
@@ -142,7 +142,7 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
                         acts[j] = act + (t + j) * s.act_stride_bytes;
                         outs[j] = y + (t + j) * w.n_rows + rb;
                     }
-                    q8::q4_0x16_dot(w.q4_0x16 + rb / q8::k_tile_rows * stride, acts, n_act, s, outs);
+                    q8::x16_dot(w.type, w.x16 + rb / q8::k_tile_rows * stride, acts, n_act, s, outs);
                 }
             return;
         }
@@ -204,8 +204,8 @@ void check_weight(const WeightView &w) {
                  static_cast<long long>(w.n_cols), static_cast<long long>(tr->block_size), tr->name);
     SIEVE_CHECKF(w.row_bytes >= w.n_cols / tr->block_size * tr->type_size, "matmul: row_bytes = %lld too small",
                  static_cast<long long>(w.row_bytes));
-    SIEVE_CHECKF(!w.q4_0x16 || (w.type == GgmlType::Q4_0 && q8::q4_0x16_ok(w.n_rows, w.n_cols)),
-                 "matmul: a q4_0x16 copy needs Q4_0 rows in whole 16-row tiles (got %s, %lld x %lld)",
+    SIEVE_CHECKF(!w.x16 || q8::x16_ok(w.type, w.n_rows, w.n_cols),
+                 "matmul: an x16 copy needs Q4_0 / Q8_0 rows in whole 16-row tiles (got %s, %lld x %lld)",
                  type_name(w.type), static_cast<long long>(w.n_rows), static_cast<long long>(w.n_cols));
 }
 

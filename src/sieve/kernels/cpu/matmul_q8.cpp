@@ -853,33 +853,50 @@ void tile_dot(GgmlType type, const uint8_t *tile, const uint8_t *const *acts, in
 #endif
 }
 
-bool q4_0x16_ok(int64_t n_rows, int64_t n_cols) {
-    return has_tile() && n_rows > 0 && n_rows % k_tile_rows == 0 && n_cols % 64 == 0;
+bool x16_ok(GgmlType type, int64_t n_rows, int64_t n_cols) {
+    return has_tile() && (type == GgmlType::Q4_0 || type == GgmlType::Q8_0) && n_rows > 0 &&
+           n_rows % k_tile_rows == 0 && n_cols % 64 == 0;
 }
 
-int64_t q4_0x16_tile_stride(int64_t n_cols) { return n_cols / 64 * 576; }
+namespace {
+// Bytes of one block's weights for 16 rows in the x16 layout: Q4_0 packs
+// two columns per byte, Q8_0 stores u = q + 128 (one byte each).
+inline int64_t x16_block_bytes(GgmlType type) { return type == GgmlType::Q4_0 ? 256 : 512; }
+// A pair of blocks: both blocks' weights, then both blocks' 16 f16 scales.
+inline int64_t x16_pair_bytes(GgmlType type) { return 2 * x16_block_bytes(type) + 64; }
+}  // namespace
 
-void repack_q4_0x16(const void *src, int64_t row_bytes, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
-    SIEVE_CHECKF(n_rows % k_tile_rows == 0 && n_cols % 64 == 0, "repack_q4_0x16: %lld x %lld, expected rows %% 16 == 0 and cols %% 64 == 0",
-                 static_cast<long long>(n_rows), static_cast<long long>(n_cols));
+int64_t x16_tile_stride(GgmlType type, int64_t n_cols) { return n_cols / 64 * x16_pair_bytes(type); }
+
+void repack_x16(GgmlType type, const void *src, int64_t row_bytes, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
+    SIEVE_CHECKF((type == GgmlType::Q4_0 || type == GgmlType::Q8_0) && n_rows % k_tile_rows == 0 && n_cols % 64 == 0,
+                 "repack_x16: %s %lld x %lld, expected Q4_0 or Q8_0 with rows %% 16 == 0 and cols %% 64 == 0",
+                 type_name(type), static_cast<long long>(n_rows), static_cast<long long>(n_cols));
     const uint8_t *in = static_cast<const uint8_t *>(src);
-    const int64_t n_blocks = n_cols / k_block, stride = q4_0x16_tile_stride(n_cols);
+    const bool q4 = type == GgmlType::Q4_0;
+    const int64_t n_blocks = n_cols / k_block, stride = x16_tile_stride(type, n_cols);
+    const int64_t bb = x16_block_bytes(type), pb = x16_pair_bytes(type), blk_bytes = q4 ? 18 : 34;
     for (int64_t rt = 0; rt < n_rows / k_tile_rows; ++rt) {
         uint8_t *tile = dst + rt * stride;
         for (int64_t b = 0; b < n_blocks; ++b) {
-            uint8_t *nib = tile + b / 2 * 576 + b % 2 * 256;
-            uint8_t *d = tile + b / 2 * 576 + 512 + b % 2 * 32;
+            uint8_t *wb = tile + b / 2 * pb + b % 2 * bb;
+            uint8_t *d = tile + b / 2 * pb + 2 * bb + b % 2 * 32;
             for (int r = 0; r < k_tile_rows; ++r) {
-                const uint8_t *blk = in + (rt * k_tile_rows + r) * row_bytes + b * 18;
+                const uint8_t *blk = in + (rt * k_tile_rows + r) * row_bytes + b * blk_bytes;
                 std::memcpy(d + 2 * r, blk, 2);
-                uint8_t u[32];
-                for (int c = 0; c < 16; ++c) {
-                    u[c] = blk[2 + c] & 0x0f;
-                    u[c + 16] = blk[2 + c] >> 4;
+                if (q4) {
+                    uint8_t u[32];
+                    for (int c = 0; c < 16; ++c) {
+                        u[c] = blk[2 + c] & 0x0f;
+                        u[c + 16] = blk[2 + c] >> 4;
+                    }
+                    for (int j = 0; j < 4; ++j)
+                        for (int k = 0; k < 4; ++k)
+                            wb[64 * j + 4 * r + k] = static_cast<uint8_t>(u[8 * j + k] | (u[8 * j + 4 + k] << 4));
+                } else {
+                    for (int q = 0; q < 8; ++q)
+                        for (int k = 0; k < 4; ++k) wb[64 * q + 4 * r + k] = static_cast<uint8_t>(blk[2 + 4 * q + k] ^ 0x80u);
                 }
-                for (int j = 0; j < 4; ++j)
-                    for (int k = 0; k < 4; ++k)
-                        nib[64 * j + 4 * r + k] = static_cast<uint8_t>(u[8 * j + k] | (u[8 * j + 4 + k] << 4));
             }
         }
     }
@@ -887,34 +904,45 @@ void repack_q4_0x16(const void *src, int64_t row_bytes, int64_t n_rows, int64_t 
 
 #if SIEVE_Q8_VNNI
 namespace {
-// tile_dot_t's arithmetic with the weights from a q4_0x16 tile: d from the
-// f16 scales (exact in f32), c = -8 d (exact), the same fma order.
-template <int T>
-void q4_0x16_dot_t(const uint8_t *tile16, const uint8_t *const *acts, const RowShape &s, float *const *out) {
+// tile_dot_t's arithmetic with the weights from an x16 tile: d from the f16
+// scales (exact in f32), c = -8 d (Q4_0) or -128 d (Q8_0), both exact, the
+// same fma order.
+template <int T, bool Q4>
+void x16_dot_t(const uint8_t *tile16, const uint8_t *const *acts, const RowShape &s, float *const *out) {
     ConstRowParts a[T];
     for (int t = 0; t < T; ++t) a[t] = parts(acts[t], s);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i m0f = _mm512_set1_epi8(0x0f);
+    constexpr int64_t bb = Q4 ? 256 : 512, pb = 2 * bb + 64;
     for (int64_t b2 = 0; b2 < s.n_blocks / 2; ++b2) {
-        const uint8_t *base = tile16 + b2 * 576;
+        const uint8_t *base = tile16 + b2 * pb;
         for (int h = 0; h < 2; ++h) {
             const int64_t b = 2 * b2 + h;
             __m512i ia[T];
             for (int t = 0; t < T; ++t) ia[t] = _mm512_setzero_si512();
             for (int j = 0; j < 4; ++j) {
-                const __m512i v = _mm512_load_si512(base + 256 * h + 64 * j);
-                const __m512i lo = _mm512_and_si512(v, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+                // Columns 8 j .. 8 j + 7 of the block: two vectors of 4 columns x 16 rows.
+                __m512i w0, w1;
+                if constexpr (Q4) {
+                    const __m512i v = _mm512_load_si512(base + bb * h + 64 * j);
+                    w0 = _mm512_and_si512(v, m0f);
+                    w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+                } else {
+                    w0 = _mm512_load_si512(base + bb * h + 128 * j);
+                    w1 = _mm512_load_si512(base + bb * h + 128 * j + 64);
+                }
                 for (int t = 0; t < T; ++t) {
                     int32_t x0, x1;
                     std::memcpy(&x0, a[t].bytes + b * k_block + 8 * j, 4);
                     std::memcpy(&x1, a[t].bytes + b * k_block + 8 * j + 4, 4);
-                    ia[t] = _mm512_dpbusd_epi32(ia[t], lo, _mm512_set1_epi32(x0));
-                    ia[t] = _mm512_dpbusd_epi32(ia[t], hi, _mm512_set1_epi32(x1));
+                    ia[t] = _mm512_dpbusd_epi32(ia[t], w0, _mm512_set1_epi32(x0));
+                    ia[t] = _mm512_dpbusd_epi32(ia[t], w1, _mm512_set1_epi32(x1));
                 }
             }
-            const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(base + 512 + 32 * h)));
-            const __m512 c = _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
+            const __m512 d =
+                _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(base + 2 * bb + 32 * h)));
+            const __m512 c = _mm512_mul_ps(d, _mm512_set1_ps(Q4 ? -8.0f : -128.0f));
             for (int t = 0; t < T; ++t) {
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t]), _mm512_mul_ps(d, _mm512_set1_ps(a[t].scale[b])), acc[t]);
                 acc[t] = _mm512_fmadd_ps(c, _mm512_set1_ps(a[t].aux[b]), acc[t]);
@@ -923,25 +951,33 @@ void q4_0x16_dot_t(const uint8_t *tile16, const uint8_t *const *acts, const RowS
     }
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
 }
+
+template <bool Q4>
+void x16_dot_n(const uint8_t *tile16, const uint8_t *const *acts, int n_act, const RowShape &s, float *const *out) {
+    switch (n_act) {
+        case 1: return x16_dot_t<1, Q4>(tile16, acts, s, out);
+        case 2: return x16_dot_t<2, Q4>(tile16, acts, s, out);
+        case 3: return x16_dot_t<3, Q4>(tile16, acts, s, out);
+        case 4: return x16_dot_t<4, Q4>(tile16, acts, s, out);
+        case 5: return x16_dot_t<5, Q4>(tile16, acts, s, out);
+        case 6: return x16_dot_t<6, Q4>(tile16, acts, s, out);
+        case 7: return x16_dot_t<7, Q4>(tile16, acts, s, out);
+        case 8: return x16_dot_t<8, Q4>(tile16, acts, s, out);
+        default: SIEVE_CHECKF(false, "x16_dot: n_act = %d, expected 1..8", n_act);
+    }
+}
 }  // namespace
 #endif
 
-void q4_0x16_dot(const uint8_t *tile16, const uint8_t *const *acts, int n_act, const RowShape &s, float *const *out) {
+void x16_dot(GgmlType type, const uint8_t *tile16, const uint8_t *const *acts, int n_act, const RowShape &s,
+             float *const *out) {
 #if SIEVE_Q8_VNNI
-    switch (n_act) {
-        case 1: return q4_0x16_dot_t<1>(tile16, acts, s, out);
-        case 2: return q4_0x16_dot_t<2>(tile16, acts, s, out);
-        case 3: return q4_0x16_dot_t<3>(tile16, acts, s, out);
-        case 4: return q4_0x16_dot_t<4>(tile16, acts, s, out);
-        case 5: return q4_0x16_dot_t<5>(tile16, acts, s, out);
-        case 6: return q4_0x16_dot_t<6>(tile16, acts, s, out);
-        case 7: return q4_0x16_dot_t<7>(tile16, acts, s, out);
-        case 8: return q4_0x16_dot_t<8>(tile16, acts, s, out);
-        default: SIEVE_CHECKF(false, "q4_0x16_dot: n_act = %d, expected 1..8", n_act);
-    }
+    if (type == GgmlType::Q4_0) return x16_dot_n<true>(tile16, acts, n_act, s, out);
+    SIEVE_CHECKF(type == GgmlType::Q8_0, "x16_dot: type %s has no x16 layout", type_name(type));
+    return x16_dot_n<false>(tile16, acts, n_act, s, out);
 #else
-    (void)tile16, (void)acts, (void)n_act, (void)s, (void)out;
-    SIEVE_CHECKF(false, "q4_0x16_dot: needs an AVX-512 VNNI build (check q4_0x16_ok first)");
+    (void)type, (void)tile16, (void)acts, (void)n_act, (void)s, (void)out;
+    SIEVE_CHECKF(false, "x16_dot: needs an AVX-512 VNNI build (check x16_ok first)");
 #endif
 }
 

@@ -87,19 +87,21 @@ void pack_tile(GgmlType type, const uint8_t *rows, int64_t row_bytes, int n_rows
 void tile_dot(GgmlType type, const uint8_t *tile, const uint8_t *const *acts, int n_act, const RowShape &s,
               float *const *out, int n_rows);
 
-// Q4_0 repacked once at load for the tile kernel: every 16 rows (a row
-// tile, 9 n_cols bytes) hold, per pair of 32-column blocks, 2 x 256 bytes of
-// nibbles and then the two blocks' 16 f16 scales each: 576 bytes, exactly
-// the GGUF bytes of those 32 blocks, so decode streams no more than the file.
-// In vector j (64 bytes) of a block, byte 4 r + k holds column 8 j + k of
-// row r in its low nibble and column 8 j + 4 + k in its high nibble: two
-// masks give the lane-per-row bytes tile_dot uses. Needs n_rows % 16 == 0
-// and an even number of blocks (q4_0x16_ok).
-bool q4_0x16_ok(int64_t n_rows, int64_t n_cols);
-int64_t q4_0x16_tile_stride(int64_t n_cols);  // bytes per 16 rows
-void repack_q4_0x16(const void *src, int64_t row_bytes, int64_t n_rows, int64_t n_cols, uint8_t *dst);
+// Q4_0 and Q8_0 repacked once at load for the tile kernel ("x16"): every
+// 16 rows (a row tile) hold, per pair of 32-column blocks, both blocks'
+// weights and then their 16 f16 scales each, exactly the GGUF bytes of
+// those 32 blocks, so decode streams no more than the file. Weights of a
+// block in 64-byte vectors, byte 4 r + k of a vector for row r:
+//   Q4_0: vector j (4 per block) holds column 8 j + k in its low nibble and
+//         8 j + 4 + k in its high nibble (two masks give tile_dot's bytes);
+//   Q8_0: vector q (8 per block) holds column 4 q + k as u = q8 + 128.
+// Needs n_rows % 16 == 0 and an even number of blocks (x16_ok).
+bool x16_ok(GgmlType type, int64_t n_rows, int64_t n_cols);
+int64_t x16_tile_stride(GgmlType type, int64_t n_cols);  // bytes per 16 rows
+void repack_x16(GgmlType type, const void *src, int64_t row_bytes, int64_t n_rows, int64_t n_cols, uint8_t *dst);
 // out[t][r] = dot(row r of the 16-row tile at tile16, activation row t), t < n_act (1..8).
 // The same arithmetic as tile_dot on the unpacked rows (bit for bit).
-void q4_0x16_dot(const uint8_t *tile16, const uint8_t *const *acts, int n_act, const RowShape &s, float *const *out);
+void x16_dot(GgmlType type, const uint8_t *tile16, const uint8_t *const *acts, int n_act, const RowShape &s,
+             float *const *out);
 
 }  // namespace sieve::cpu::q8

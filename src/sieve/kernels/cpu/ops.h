@@ -20,10 +20,10 @@ struct WeightView {
     int64_t n_cols = 0;
     int64_t row_bytes = 0;
     const void *data = nullptr;
-    // Optional: the Q4_0 rows repacked for the tile kernel (q8::repack_q4_0x16),
+    // Optional: Q4_0 / Q8_0 rows repacked for the tile kernel (q8::repack_x16),
     // used by the integer path instead of `data`; `data` stays the source for
     // everything else (the f32 path, row lookups).
-    const uint8_t *q4_0x16 = nullptr;
+    const uint8_t *x16 = nullptr;
 };
 
 // How activations meet weights stored in a 32-element block format (Q4_0,
