@@ -125,27 +125,36 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
         const int64_t r0 = local / n_tok_tiles * row_chunk, r1 = std::min(r0 + row_chunk, w.n_rows);
         const int64_t t0 = local % n_tok_tiles * tok_chunk, t1 = std::min(t0 + tok_chunk, n_tokens);
         const uint8_t *base = static_cast<const uint8_t *>(w.data);
-        // Few tokens: read the GGUF blocks directly; unpacking to scratch
-        // only pays off when the unpacked rows serve many tokens.
-        const bool raw = decode && q8::has_dot_raw(w.type);
-        uint8_t *tile = raw ? nullptr : grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
+        // The tile kernels: the task's tokens in groups of up to 8, each
+        // group's outputs for rows [rb, rb + 16) (row rb of token t at y[t, rb]).
+        const auto token_groups = [&](int64_t rb, auto &&dot) {
+            for (int64_t t = t0; t < t1; t += 8) {
+                const int n_act = static_cast<int>(std::min<int64_t>(8, t1 - t));
+                const uint8_t *acts[8];
+                float *outs[8];
+                for (int j = 0; j < n_act; ++j) {
+                    acts[j] = act + (t + j) * s.act_stride_bytes;
+                    outs[j] = y + (t + j) * w.n_rows + rb;
+                }
+                dot(acts, n_act, outs);
+            }
+        };
         if (w.x16) {
             // Q4_0 / Q8_0 repacked at load: decode and prefill both read
             // 16-row tiles straight from the repacked copy.
             const int64_t stride = q8::x16_tile_stride(w.type, w.n_cols);
-            for (int64_t rb = r0; rb < r1; rb += q8::k_tile_rows)
-                for (int64_t t = t0; t < t1; t += 8) {
-                    const int n_act = static_cast<int>(std::min<int64_t>(8, t1 - t));
-                    const uint8_t *acts[8];
-                    float *outs[8];
-                    for (int j = 0; j < n_act; ++j) {
-                        acts[j] = act + (t + j) * s.act_stride_bytes;
-                        outs[j] = y + (t + j) * w.n_rows + rb;
-                    }
-                    q8::x16_dot(w.type, w.x16 + rb / q8::k_tile_rows * stride, acts, n_act, s, outs);
-                }
+            for (int64_t rb = r0; rb < r1; rb += q8::k_tile_rows) {
+                const uint8_t *tile16 = w.x16 + rb / q8::k_tile_rows * stride;
+                token_groups(rb, [&](const uint8_t *const *acts, int n_act, float *const *outs) {
+                    q8::x16_dot(w.type, tile16, acts, n_act, s, outs);
+                });
+            }
             return;
         }
+        // Few tokens: read the GGUF blocks directly; unpacking to scratch
+        // only pays off when the unpacked rows serve many tokens.
+        const bool raw = decode && q8::has_dot_raw(w.type);
+        uint8_t *tile = raw ? nullptr : grow(scratch().tile, static_cast<size_t>(k_row_tile * s.stride_bytes));
         if (!decode && q8::has_tile()) {
             // Prefill: 16 rows packed once per task, then 8 tokens per pass
             // with the 16 rows in the lanes (q8::tile_dot).
@@ -153,16 +162,9 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
             for (int64_t rb = r0; rb < r1; rb += q8::k_tile_rows) {
                 const int n_r = static_cast<int>(std::min<int64_t>(q8::k_tile_rows, r1 - rb));
                 q8::pack_tile(w.type, base + rb * w.row_bytes, w.row_bytes, n_r, s, tile, packed);
-                for (int64_t t = t0; t < t1; t += 8) {
-                    const int n_act = static_cast<int>(std::min<int64_t>(8, t1 - t));
-                    const uint8_t *acts[8];
-                    float *outs[8];
-                    for (int j = 0; j < n_act; ++j) {
-                        acts[j] = act + (t + j) * s.act_stride_bytes;
-                        outs[j] = y + (t + j) * w.n_rows + rb;
-                    }
+                token_groups(rb, [&](const uint8_t *const *acts, int n_act, float *const *outs) {
                     q8::tile_dot(w.type, packed, acts, n_act, s, outs, n_r);
-                }
+                });
             }
             return;
         }
