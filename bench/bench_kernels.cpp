@@ -126,6 +126,7 @@ BENCHMARK_CAPTURE(bm_matmul, f16_2048x2048, GgmlType::F16, 2048, 2048)->Arg(1)->
 BENCHMARK_CAPTURE(bm_matmul, f16_8192x2048, GgmlType::F16, 8192, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
 BENCHMARK_CAPTURE(bm_matmul, f16_2048x8192, GgmlType::F16, 2048, 8192)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
 BENCHMARK_CAPTURE(bm_matmul, bf16_2048x2048, GgmlType::BF16, 2048, 2048)->Arg(1)->Arg(8)->Arg(64)->Arg(512);
+BENCHMARK_CAPTURE(bm_matmul, f32_2048x2048, GgmlType::F32, 2048, 2048)->Arg(1)->Arg(64)->Arg(512);
 BENCHMARK(bm_attention_prefill)->Arg(128)->Arg(512)->Arg(2048);
 BENCHMARK(bm_attention_decode)->Arg(128)->Arg(1024)->Arg(8192);
 BENCHMARK(bm_attention_prefill_deep)->Args({512, 8704})->Args({64, 8256})->Args({7, 4103});

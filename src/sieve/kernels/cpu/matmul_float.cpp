@@ -5,9 +5,11 @@
 //     per 16 lanes.
 //   batched decode (2..k_stream_max_tokens): the same, 4 rows x up to 6
 //     tokens of accumulators, so each weight vector feeds several tokens.
-//   prefill: tasks of 16 rows x 192 tokens, k cut into blocks of 512 whose
-//     weights are decoded to an f32 slab in L1/L2; a 4 x 6 register-blocked
-//     micro-kernel (24 accumulators) runs over each block.
+//   prefill: tasks of 16 rows x 192 tokens; a 4 x 6 register-blocked
+//     micro-kernel (24 accumulators) runs over them. F16 / BF16 rows are
+//     read in place (converted in registers) over the whole k; the other
+//     types are cut along k into blocks of 512 whose weights are decoded to
+//     an f32 slab in L1/L2.
 //
 // All three accumulate every output in the same lane order (see "Register-
 // blocked micro-kernel" below), so results are bitwise independent of the
@@ -422,11 +424,15 @@ void matmul_stream(const WeightView &w, const float *x, int64_t n_tokens, float 
 }
 
 // ---- Prefill ---------------------------------------------------------------
-// Tasks of k_pf_rows rows x k_pf_tokens tokens, cut along k into blocks of
-// k_pf_cols columns: per block the task's weight rows are decoded to an f32
-// slab (k_pf_rows x k_pf_cols, L1/L2-resident, reused by every token group)
-// and each (4 rows x V::max_tokens tokens) micro-tile adds the block to its
-// vector accumulators, which wait in per-thread scratch between blocks.
+// Tasks of k_pf_rows rows x k_pf_tokens tokens. F16 and BF16 run each (4 rows x V::max_tokens tokens)
+// micro-tile over the whole k straight from the weight rows: the
+// accumulators never leave the registers and no slab is written (measured on
+// the Llama-3.2-1B-shaped F16 file: pp512 ~88 -> ~104 tok/s against the
+// k-blocked slab path, docs/benchmarks.md). The other types are cut along k
+// into blocks of k_pf_cols columns: per block the task's weight rows are
+// decoded to an f32 slab (k_pf_rows x k_pf_cols, L1/L2-resident, reused by
+// every token group) and each micro-tile adds the block to its vector
+// accumulators, which wait in per-thread scratch between blocks.
 constexpr int64_t k_pf_rows = 16;
 constexpr int64_t k_pf_tokens = 32 * V::max_tokens;
 constexpr int64_t k_pf_cols = 512;
@@ -449,6 +455,9 @@ void matmul_prefill(const WeightView &w, const float *x, int64_t n_tokens, float
     constexpr int64_t n_tg_max = k_pf_tokens / V::max_tokens;
     const TypeTraits *tr = type_traits(w.type);
     const Finish fin{w, x, y, nv};
+    // F32 rows are twice the bytes per FMA and measured slower in place (the
+    // f32 bench case: ~150 vs ~170 GFLOP/s), so they keep the slab.
+    const bool in_place = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
     // Token-block-major: consecutive tasks share activations (L2), the weights stream.
     pool.run(n_rb * n_tb, [&](int64_t task, int) {
         const int64_t rb = task % n_rb, tb = task / n_rb;
@@ -460,15 +469,21 @@ void matmul_prefill(const WeightView &w, const float *x, int64_t n_tokens, float
         float *acc = grow(sc.acc, static_cast<size_t>(k_pf_rows / k_rows * n_tg_max * tile_floats));
         // k0 == 0 always runs, so rows shorter than one vector still start
         // their accumulators at zero.
-        for (int64_t k0 = 0; k0 == 0 || k0 < nv; k0 += k_pf_cols) {
-            const int64_t k1 = std::min(k0 + k_pf_cols, nv);
-            // Each row's block [k0, k1) decoded (F32: copied) to the slab, a
-            // compact L1-resident panel (F32 rows in place sit a whole row
-            // apart and alias in L1). Block types: k0 and k1 - k0 are
+        const int64_t k_block = in_place ? std::max<int64_t>(nv, 1) : k_pf_cols;
+        for (int64_t k0 = 0; k0 == 0 || k0 < nv; k0 += k_block) {
+            const int64_t k1 = std::min(k0 + k_block, nv);
+            // Other types: each row's block [k0, k1) decoded to the slab, a
+            // compact L1-resident panel. Block types: k0 and k1 - k0 are
             // multiples of the block size (k_pf_cols is a multiple of 256,
             // and nv = n for them).
-            const float *rows[k_pf_rows];
+            const void *rows[k_pf_rows];
             for (int64_t i = 0; i < k_pf_rows; ++i) {
+                if (in_place) {
+                    // Whole rows (k0 == 0); missing rows of the last group
+                    // repeat the first, their results are dropped.
+                    rows[i] = base + (r0 + (i < n_r ? i : 0)) * w.row_bytes;
+                    continue;
+                }
                 if (i < n_r)
                     decode_row_f32(w.type, base + (r0 + i) * w.row_bytes + k0 / tr->block_size * tr->type_size,
                                    slab + i * k_pf_cols, k1 - k0);
@@ -486,7 +501,7 @@ void matmul_prefill(const WeightView &w, const float *x, int64_t n_tokens, float
                 const int nt = static_cast<int>(std::min<int64_t>(V::max_tokens, t1 - tg));
                 const float *xs[V::max_tokens];
                 for (int j = 0; j < nt; ++j) xs[j] = x + (tg + j) * n + k0;
-                const MicroFn fn = micro_for<LoadF32>(nt);
+                const MicroFn fn = micro_for_type<k_rows>(in_place ? w.type : GgmlType::F32, nt);
                 for (int64_t rg = 0; rg < n_r; rg += k_rows) {
                     const void *rs[k_rows];
                     for (int i = 0; i < k_rows; ++i) rs[i] = rows[rg + i];
