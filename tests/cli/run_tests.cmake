@@ -45,6 +45,10 @@ add_test(NAME cli.run.same_seed_same_text
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/same_output.sh ${SIEVE_BIN} run -m ${SIEVE_STORIES}
                  -p "Once upon a time" -n 24 --temp 1.0 -s 1234)
 set_tests_properties(cli.run.same_seed_same_text PROPERTIES LABELS cli)
+add_test(NAME cli.run.mmap_same_text
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/mmap_same_output.sh ${SIEVE_BIN} run -m ${SIEVE_STORIES}
+                 -p "Once upon a time" -n 24 --temp 1.0 -s 99)
+set_tests_properties(cli.run.mmap_same_text PROPERTIES LABELS cli)
 
 # A chat template forced onto a model without one; two turns read from stdin,
 # the second appended to the KV the first left (prefill at a position > 0).

@@ -2,10 +2,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "sieve/core/fp16.h"
+#include "sieve/core/page_buffer.h"
 #include "sieve/core/status.h"
 #include "sieve/core/thread_pool.h"
 #include "sieve/quant/types.h"
@@ -94,4 +96,27 @@ TEST(Types, RowBytes) {
     GgmlType t;
     EXPECT_TRUE(type_from_name("q4_k", &t));
     EXPECT_EQ(t, GgmlType::Q4_K);
+}
+
+TEST(PageBuffer, AlignedWritableAndMovable) {
+    std::mt19937 rng(12);
+    const size_t n = (size_t{3} << 20) + 77;  // not a whole number of pages
+    auto r = PageBuffer::allocate(n);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    PageBuffer b = std::move(r.value());
+    ASSERT_EQ(b.size(), n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % PageBuffer::k_huge_page, 0u);
+    std::vector<uint8_t> want(n);
+    for (auto &x : want) x = static_cast<uint8_t>(rng() | 1);
+    std::memcpy(b.data(), want.data(), n);
+    PageBuffer moved = std::move(b);
+    EXPECT_EQ(b.data(), nullptr);
+    ASSERT_EQ(moved.size(), n);
+    EXPECT_EQ(0, std::memcmp(moved.data(), want.data(), n));
+    // Huge pages are the kernel's choice; never more than the mapping.
+    EXPECT_LE(moved.huge_page_bytes(), size_t{4} << 20);
+
+    auto zero = PageBuffer::allocate(0);
+    ASSERT_FALSE(zero.ok());
+    EXPECT_NE(zero.status().message().find("0 bytes"), std::string::npos) << zero.status().message();
 }

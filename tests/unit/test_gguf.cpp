@@ -233,6 +233,34 @@ TEST(GgufRoundTrip, WriteAndOpenFromDisk) {
     EXPECT_NE(missing.status().message().find("cannot open"), std::string::npos);
 }
 
+// release() drops pages from the resident set only: a mapped file reads
+// back the same bytes, and a caller's buffer (from_memory) is left alone.
+TEST(GgufRoundTrip, ReleasedTensorsReadTheSameBytes) {
+    std::mt19937 rng(8);
+    std::vector<float> data(300000);  // ~1.2 MB: whole pages inside
+    for (float &x : data) x = static_cast<float>(static_cast<int32_t>(rng() % 20001) - 10000) * 1e-3f + 0.5f;
+    GgufWriter w;
+    w.add_string("general.architecture", "test");
+    w.add_tensor("big", GgmlType::F32, {static_cast<int64_t>(data.size())}, data.data(), data.size() * sizeof(float));
+    std::string path = ::testing::TempDir();
+    path.append("/sieve_release.gguf");
+    ASSERT_TRUE(w.write(path).ok());
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    const GgufTensor *t = f.value()->find_tensor("big");
+    ASSERT_TRUE(t);
+    f.value()->release(t->data, t->n_bytes);
+    EXPECT_EQ(std::memcmp(t->data, data.data(), data.size() * sizeof(float)), 0);
+
+    const std::vector<uint8_t> bytes = w.to_bytes();
+    auto m = GgufFile::from_memory(bytes.data(), bytes.size());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const GgufTensor *tm = m.value()->find_tensor("big");
+    ASSERT_TRUE(tm);
+    m.value()->release(tm->data, tm->n_bytes);
+    EXPECT_EQ(std::memcmp(tm->data, data.data(), data.size() * sizeof(float)), 0);
+}
+
 TEST(GgufReader, EveryTruncationOfAGoodFileFails) {
     GgufWriter w;
     w.add_string("general.architecture", "llama");

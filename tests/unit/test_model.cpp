@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gguf_test_util.h"
 #include "sieve/gguf/gguf.h"
 #include "sieve/kv/contiguous_kv.h"
 #include "sieve/model/model.h"
@@ -164,6 +166,63 @@ TEST_F(ModelTest, BadBatchesAreErrorsAndLeaveKvAlone) {
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.message().find("capacity is 8"), std::string::npos) << st.message();
     EXPECT_EQ(kv->n_tokens(1), 4);
+}
+
+// Where the weights live (copied into the huge-page arena, left in the file
+// mapping, Q4_0 / Q8_0 repacked either way) changes no bit of the logits, in
+// the integer (q8) and the exact (f32, reading the released mapped originals
+// again) activation modes, for prefill and decode steps.
+TEST(ModelPlacement, CopiedAndMappedWeightsGiveTheSameLogits) {
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+        gguf_test::TinyModel tm;
+        tm.n_embd = 64;
+        tm.n_head = 4;
+        tm.n_head_kv = 2;
+        tm.n_ff = 128;
+        tm.n_vocab = 48;
+        tm.tied = type == GgmlType::Q8_0;  // the tied output is placed; the embedding stays mapped
+        tm.weight_type = type;
+        std::string path = ::testing::TempDir();
+        path.append("/sieve_placement_").append(type_name(type)).append(".gguf");
+        ASSERT_TRUE(gguf_test::make_tiny_model(tm, 31).write(path).ok());
+        auto file = GgufFile::open(path);
+        ASSERT_TRUE(file.ok()) << file.status().message();
+        std::vector<float> logits[2][2];  // [map_weights][precision]
+        for (int map = 0; map < 2; ++map) {
+            auto m = Model::load(**file, ModelLoadOptions{map == 1});
+            ASSERT_TRUE(m.ok()) << m.status().message();
+            const bool repacked = type == GgmlType::Q8_0 || type == GgmlType::Q4_0;
+            if (map == 0 || repacked) EXPECT_GT((*m)->placed_bytes(), 0) << type_name(type);
+            else EXPECT_EQ((*m)->placed_bytes(), 0) << type_name(type);
+            ThreadPool pool(2);
+            for (int prec = 0; prec < 2; ++prec) {
+                auto kv = ContiguousKv::create((*m)->kv_shape(1), 32);
+                ASSERT_TRUE(kv.ok());
+                auto ws = (*m)->make_workspace(9);
+                ws->act_precision = prec ? cpu::ActPrecision::f32 : cpu::ActPrecision::q8;
+                std::mt19937 rng(4);
+                // A 9-token prefill, then two single-token decode steps.
+                int32_t pos = 0;
+                for (int64_t n : {9, 1, 1}) {
+                    std::vector<int32_t> tok(static_cast<size_t>(n)), p(static_cast<size_t>(n)), seq(static_cast<size_t>(n), 0);
+                    for (int64_t i = 0; i < n; ++i) {
+                        tok[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % 48);
+                        p[static_cast<size_t>(i)] = pos++;
+                    }
+                    std::vector<int8_t> want(static_cast<size_t>(n), 1);
+                    Status st = (*m)->forward(Batch{tok.data(), p.data(), seq.data(), n, want.data()}, **kv, *ws, pool);
+                    ASSERT_TRUE(st.ok()) << st.message();
+                    logits[map][prec].insert(logits[map][prec].end(), ws->logits(), ws->logits() + n * 48);
+                }
+            }
+        }
+        for (int prec = 0; prec < 2; ++prec) {
+            ASSERT_EQ(logits[0][prec].size(), size_t{11 * 48});
+            for (float v : logits[0][prec]) ASSERT_TRUE(std::isfinite(v) && v != 0.0f) << type_name(type);
+            EXPECT_EQ(0, std::memcmp(logits[0][prec].data(), logits[1][prec].data(), logits[0][prec].size() * sizeof(float)))
+                << type_name(type) << (prec ? " f32" : " q8");
+        }
+    }
 }
 
 TEST(ContiguousKv, LanesAreDisjointAndSized) {

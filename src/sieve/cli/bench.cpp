@@ -52,6 +52,7 @@ struct BenchOptions {
     std::string kv = "vattention";
     int64_t kv_memory = 0;           // --kv-memory; 0 = what the test needs
     int64_t kv_page = 64 * 1024;     // --kv-page-size
+    bool mmap = false;               // -mmp 1 / --mmap: weights stay in the file mapping
 };
 
 void print_usage(FILE *out) {
@@ -73,6 +74,8 @@ void print_usage(FILE *out) {
                  "      --kv vattention|contiguous  KV store (default vattention)\n"
                  "      --kv-memory SIZE        KV page pool, e.g. 512MiB (default: what depth + test need)\n"
                  "      --kv-page-size SIZE     KV page size, 4KiB .. 2MiB, power of two (default 64KiB)\n"
+                 "  -mmp, --mmap 0|1            1: leave the weights in the file mapping; 0: copy them\n"
+                 "                              into huge pages (default 0)\n"
                  "  -h, --help\n");
 }
 
@@ -154,6 +157,12 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
             if (!f.ok()) return fail(f.status());
             if (!(f.value() > 0)) return fail(Status::errorf("%s: expected a positive GB/s value, got '%s'", flag.c_str(), v.value().c_str()));
             o->bandwidth_gbps = f.value();
+        } else if (flag == "-mmp" || flag == "--mmap") {
+            Result<std::string> v = args.value("0 or 1");
+            if (!v.ok()) return fail(v.status());
+            if (v.value() != "0" && v.value() != "1")
+                return fail(Status::errorf("%s: expected 0 or 1, got '%s'", flag.c_str(), v.value().c_str()));
+            o->mmap = v.value() == "1";
         } else if (flag == "--kv") {
             Result<std::string> v = args.value("vattention or contiguous");
             if (!v.ok()) return fail(v.status());
@@ -319,10 +328,15 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                    BenchPrinter &printer) {
     Result<std::unique_ptr<GgufFile>> file = GgufFile::open(path);
     if (!file.ok()) return file.status();
-    Result<std::unique_ptr<Model>> model = Model::load(**file);
+    Result<std::unique_ptr<Model>> model = Model::load(**file, ModelLoadOptions{o.mmap});
     if (!model.ok()) return Status::errorf("%s: %s", path.c_str(), model.status().message().c_str());
     const Model &m = **model;
     const ModelFacts facts = model_facts(path, **file, m);
+    const double huge_frac =
+        m.placed_bytes() > 0 ? std::min(1.0, static_cast<double>(m.placed_huge_bytes()) / static_cast<double>(m.placed_bytes())) : 0.0;
+    std::fprintf(stderr, "sieve bench: %s: %.1f MiB of weights copied at load, %.0f%% on huge pages%s\n",
+                 facts.filename.c_str(), static_cast<double>(m.placed_bytes()) / (1 << 20), 100.0 * huge_frac,
+                 o.mmap ? " (-mmp 1: the rest stays mapped)" : "");
 
     std::vector<Test> tests;
     for (int64_t p : o.n_prompt)
@@ -351,6 +365,8 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                 row.n_batch = o.n_batch;
                 row.n_threads = static_cast<int>(n_threads);
                 row.kv_store = o.kv;
+                row.use_mmap = o.mmap;
+                row.huge_frac = huge_frac;
                 row.n_prompt = t.n_prompt;
                 row.n_gen = t.n_gen;
                 row.n_depth = depth;

@@ -109,6 +109,8 @@ std::vector<Field> fields_of(const BenchRow &r) {
         {"type_k", s(r.type_k)},
         {"type_v", s(r.type_v)},
         {"kv_store", s(r.kv_store)},
+        {"use_mmap", Field{nullptr, r.use_mmap ? "true" : "false", r.use_mmap ? "1" : "0"}},
+        {"huge_frac", d(r.huge_frac)},
         {"n_prompt", i(r.n_prompt)},
         {"n_gen", i(r.n_gen)},
         {"n_depth", i(r.n_depth)},

@@ -249,7 +249,7 @@ int cmd_run(int argc, char **argv) {
     }
     Result<std::unique_ptr<GgufFile>> file = GgufFile::open(o.model);
     if (!file.ok()) return fail(file.status().with_context("model '" + o.model + "'"));
-    Result<std::unique_ptr<Model>> model = Model::load(**file);
+    Result<std::unique_ptr<Model>> model = Model::load(**file, ModelLoadOptions{o.mmap});
     if (!model.ok()) return fail(model.status().with_context("model '" + o.model + "'"));
     Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(**file);
     if (!tok.ok()) return fail(tok.status().with_context("tokenizer of '" + o.model + "'"));

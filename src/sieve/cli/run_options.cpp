@@ -37,6 +37,8 @@ void run_options_usage(FILE *out) {
                  "  -t, --threads N           threads (default: every core)\n"
                  "  --kv-memory SIZE          KV page pool, e.g. 512MiB, 4GiB (default: enough for -c)\n"
                  "  --kv-page-size SIZE       KV page size, 4KiB .. 2MiB, power of two (default: 64KiB)\n"
+                 "  --mmap                    leave the weights in the file mapping (quicker start,\n"
+                 "                            slower decode; default: copied into huge pages)\n"
                  "\n"
                  "sampling (applied in this order; see src/sieve/engine/sampler.h):\n"
                  "  --repeat-penalty F        divide/multiply logits of recent tokens (default: 1.0 = off)\n"
@@ -152,6 +154,8 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
             SIEVE_TRY(set_string(args, "the system message", &o->system_prompt));
         } else if (is(f, "--no-display-prompt")) {
             o->display_prompt = false;
+        } else if (is(f, "--mmap")) {
+            o->mmap = true;
         } else if (is(f, "--verbose", "-v")) {
             o->verbose = true;
         } else {

@@ -38,6 +38,7 @@ struct ServeOptions {
     EngineOptions engine;
     int64_t n_ctx = 0;  // 0 = min(training context, 4096)
     double drain_timeout_s = 5.0;
+    bool mmap = false;
     bool verbose = false;
     bool help = false;
 };
@@ -63,6 +64,8 @@ void serve_usage(FILE *out) {
                  "  --kv-memory BYTES         KV pool size, e.g. 512MiB (default: enough for\n"
                  "                            --parallel full contexts)\n"
                  "  --kv-page-size BYTES      KV page, a power of two from 4KiB to 2MiB (default: 64KiB)\n"
+                 "  --mmap                    leave the weights in the file mapping (quicker start,\n"
+                 "                            slower decode; default: copied into huge pages)\n"
                  "  --max-queue N             waiting requests before 429 (default: 256)\n"
                  "  -t, --threads N           compute threads (default: every core)\n"
                  "  --http-threads N          connections served at once (default: 64)\n"
@@ -120,6 +123,7 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
             SIEVE_TRY(take_int(args, f, 1, 3600, &v));
             o->http.read_timeout_s = o->http.write_timeout_s = static_cast<int>(v);
         } else if (f == "--drain-timeout") { SIEVE_TRY(take_int(args, f, 0, 3600, &v)); o->drain_timeout_s = static_cast<double>(v); }
+        else if (f == "--mmap") o->mmap = true;
         else if (f == "--verbose") o->verbose = true;
         else if (f == "-h" || f == "--help") o->help = true;
         else return Status::errorf("unknown option '%s'", f.c_str());
@@ -210,7 +214,7 @@ int cmd_serve(int argc, char **argv) {
 
     Result<std::unique_ptr<GgufFile>> file = GgufFile::open(o.model);
     if (!file.ok()) return fail(file.status().with_context("model '" + o.model + "'"));
-    Result<std::unique_ptr<Model>> model = Model::load(**file);
+    Result<std::unique_ptr<Model>> model = Model::load(**file, ModelLoadOptions{o.mmap});
     if (!model.ok()) return fail(model.status().with_context("model '" + o.model + "'"));
     Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(**file);
     if (!tok.ok()) return fail(tok.status().with_context("tokenizer of '" + o.model + "'"));

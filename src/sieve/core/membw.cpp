@@ -2,17 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <memory>
 #include <thread>
+
+#include "sieve/core/page_buffer.h"
 
 namespace sieve {
 
 namespace {
-
-struct FreeDeleter {
-    void operator()(void *p) const { std::free(p); }
-};
 
 double median_of(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -64,12 +60,14 @@ Result<MemBwResult> measure_read_bandwidth(const MemBwOptions &opt) {
         return Status::errorf("memory bandwidth: buffer of %lld bytes is too small (at least 1 MiB)",
                               static_cast<long long>(opt.buffer_bytes));
     const int64_t n_words = opt.buffer_bytes / 64 * 8;  // whole cache lines
-    std::unique_ptr<uint64_t, FreeDeleter> buf(
-        static_cast<uint64_t *>(std::aligned_alloc(64, static_cast<size_t>(n_words) * sizeof(uint64_t))));
-    if (!buf) return Status::errorf("memory bandwidth: cannot allocate %lld bytes", static_cast<long long>(opt.buffer_bytes));
+    // Backed like the model's weights (PageBuffer: huge pages where the
+    // kernel gives them), so the probe is not slowed by page walks the
+    // forward pass does not pay.
+    Result<PageBuffer> buf = PageBuffer::allocate(static_cast<size_t>(n_words) * sizeof(uint64_t));
+    if (!buf.ok()) return buf.status().with_context("memory bandwidth");
     // Nonzero, varying contents; writing them also faults every page in, so
     // no pass pays for page faults.
-    uint64_t *w = buf.get();
+    uint64_t *w = reinterpret_cast<uint64_t *>(buf.value().data());
     for (int64_t i = 0; i < n_words; ++i) w[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
 
     MemBwResult res;

@@ -313,6 +313,16 @@ GgufFile::~GgufFile() {
     if (mapped_) ::munmap(const_cast<uint8_t *>(base_), static_cast<size_t>(size_));
 }
 
+void GgufFile::release(const void *p, uint64_t n) const {
+    const uint8_t *b = static_cast<const uint8_t *>(p);
+    if (!mapped_ || n == 0 || b < base_ || b + n > base_ + size_) return;
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+    // Clean, read-only, private file pages: dropping them loses nothing.
+    if (hi > lo) (void)::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+}
+
 // ---------------------------------------------------------------- parsing
 
 Status GgufFile::parse() {

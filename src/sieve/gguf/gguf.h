@@ -126,6 +126,12 @@ public:
     const std::vector<GgufTensor> &tensors() const { return tensors_; }
     const GgufTensor *find_tensor(std::string_view name) const;
 
+    // Tells the kernel the process will not read [p, p + n) soon: for a mapped
+    // file, the whole pages inside the range leave this process's resident
+    // set (they stay in the page cache; a later read maps them again, with
+    // the same bytes). For a buffer from from_memory, nothing happens.
+    void release(const void *p, uint64_t n) const;
+
 private:
     GgufFile() = default;
     Status parse();

@@ -13,35 +13,70 @@ namespace sieve {
 // Loading: bind tensors into the mapping, precompute RoPE frequencies
 // ============================================================================
 
-Result<std::unique_ptr<Model>> Model::load(const GgufFile &file) {
+Result<std::unique_ptr<Model>> Model::load(const GgufFile &file, const ModelLoadOptions &opt) {
     std::unique_ptr<Model> m(new Model(file));
     Result<ModelConfig> cfg = ModelConfig::from_gguf(file);
     if (!cfg.ok()) return cfg.status();
     m->cfg_ = std::move(cfg.value());
     Status st = m->bind();
     if (!st.ok()) return st.with_context("loading '" + file.path() + "'");
-    m->repack_weights();
+    st = m->place_weights(opt.map_weights);
+    if (!st.ok()) return st.with_context("loading '" + file.path() + "'");
     return m;
 }
 
-// Q4_0 and Q8_0 matrices get a copy in the 16-row tile layout (matmul_q8.h), which
-// the integer path reads for decode and prefill alike; the mapped original
-// stays for the f32 path. The copy has the file's size and the original's
-// pages are not touched again, so resident memory grows only by pages the
-// f32 path would read. The token embedding is only looked up by row and is
-// not repacked (a tied output matrix is, as output_).
-void Model::repack_weights() {
+// The matrices every step streams go to one huge-page arena (PageBuffer):
+// Q4_0 and Q8_0 in the 16-row tile layout (matmul_q8.h) that the integer
+// path reads for decode and prefill alike, the other types as the file's
+// bytes. Reading a multi-GB stream per token from 2 MiB pages instead of the
+// file mapping's 4 KiB ones saves a page walk per 4 KiB (Llama-3.2-1B F16 tg:
+// ~11.3 -> ~13.5 tok/s, docs/benchmarks.md). The mapped originals are
+// released (they stay in the page cache): repacked ones are read again only
+// by the f32 (exact) path, which maps them back on demand. With map_weights
+// the other matrices stay in the mapping and only the repacked copies are
+// made. The token embedding is only looked up by row and stays mapped (a
+// tied output matrix is placed, as output_).
+Status Model::place_weights(bool map_weights) {
     std::vector<cpu::WeightView *> views{&output_};
     for (LayerWeights &l : layers_)
         for (cpu::WeightView *w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(w);
+    struct Place {
+        cpu::WeightView *w;
+        const void *orig;
+        bool x16;
+        size_t offset, bytes;
+    };
+    std::vector<Place> places;
+    size_t total = 0;
     for (cpu::WeightView *w : views) {
-        if (!cpu::q8::x16_ok(w->type, w->n_rows, w->n_cols)) continue;
-        auto buf = std::make_unique<AlignedBuffer<uint8_t>>(
-            static_cast<size_t>(w->n_rows / cpu::q8::k_tile_rows * cpu::q8::x16_tile_stride(w->type, w->n_cols)));
-        cpu::q8::repack_x16(w->type, w->data, w->row_bytes, w->n_rows, w->n_cols, buf->data());
-        w->x16 = buf->data();
-        packed_.push_back(std::move(buf));
+        const bool x16 = cpu::q8::x16_ok(w->type, w->n_rows, w->n_cols);
+        if (!x16 && map_weights) continue;
+        const size_t bytes = static_cast<size_t>(
+            x16 ? w->n_rows / cpu::q8::k_tile_rows * cpu::q8::x16_tile_stride(w->type, w->n_cols) : w->n_rows * w->row_bytes);
+        const size_t offset = (total + 63) / 64 * 64;
+        places.push_back({w, w->data, x16, offset, bytes});
+        total = offset + bytes;
     }
+    if (places.empty()) return Status();
+    Result<PageBuffer> arena = PageBuffer::allocate(total);
+    if (!arena.ok()) return arena.status();
+    weights_ = std::move(arena.value());
+    for (const Place &p : places) {
+        uint8_t *dst = weights_.data() + p.offset;
+        const cpu::WeightView &w = *p.w;
+        if (p.x16) {
+            cpu::q8::repack_x16(w.type, w.data, w.row_bytes, w.n_rows, w.n_cols, dst);
+            p.w->x16 = dst;
+        } else {
+            std::memcpy(dst, w.data, p.bytes);
+            p.w->data = dst;
+        }
+    }
+    // After every copy is made (a tied output's original is the embedding,
+    // which stays: it is read by row).
+    for (const Place &p : places)
+        if (p.orig != tok_embd_.data) file_.release(p.orig, static_cast<uint64_t>(p.w->n_rows * p.w->row_bytes));
+    return Status();
 }
 
 Status Model::bind_matrix(const char *name, int64_t n_rows, int64_t n_cols, cpu::WeightView *out) {

@@ -1,9 +1,10 @@
 // The llama-family forward pass (llama, qwen2) over a batch of tokens from
 // one or more sequences, reading and writing KV through a KvCache.
 //
-// A Model is immutable after load(): weights stay in the mapped GGUF file
-// (bound as cpu::WeightView, never copied), so one Model serves any number of
-// Workspaces / threads. A Workspace holds every activation buffer, sized once
+// A Model is immutable after load(): the matrices a step streams are copied
+// once into a huge-page arena (Q4_0 / Q8_0 repacked on the way, see
+// place_weights), the rest stays in the mapped GGUF file, and one Model serves
+// any number of Workspaces / threads. A Workspace holds every activation buffer, sized once
 // for a maximum batch, so a forward step allocates nothing.
 //
 // One step (Model::forward), the math per layer:
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "sieve/core/aligned.h"
+#include "sieve/core/page_buffer.h"
 #include "sieve/core/status.h"
 #include "sieve/core/thread_pool.h"
 #include "sieve/gguf/gguf.h"
@@ -100,11 +102,19 @@ struct LayerWeights {
     cpu::WeightView w_gate, w_up, w_down;  // [n_ff, n_embd] x2, [n_embd, n_ff]
 };
 
+struct ModelLoadOptions {
+    // Leave the matrices in the file mapping (4 KiB pages, shared page cache,
+    // no copy: quicker start, slower decode); only the Q4_0 / Q8_0 repacked
+    // copies are made. Default: every streamed matrix in huge pages.
+    bool map_weights = false;
+};
+
 class Model {
 public:
-    // Reads the config, binds every tensor (checking type and shape) and
-    // precomputes RoPE frequencies. The file must outlive the Model.
-    static Result<std::unique_ptr<Model>> load(const GgufFile &file);
+    // Reads the config, binds every tensor (checking type and shape),
+    // precomputes RoPE frequencies and places the weights (ModelLoadOptions).
+    // The file must outlive the Model.
+    static Result<std::unique_ptr<Model>> load(const GgufFile &file, const ModelLoadOptions &opt = {});
 
     const ModelConfig &config() const { return cfg_; }
     const GgufFile &file() const { return file_; }
@@ -114,6 +124,10 @@ public:
     KvShape kv_shape(int n_seq) const;
     // Bytes of weights the forward pass reads per step (for GB/s reports).
     int64_t weight_bytes() const { return weight_bytes_; }
+    // Bytes of weights copied to the huge-page arena at load, and how many of
+    // them the kernel backs with huge pages now.
+    int64_t placed_bytes() const { return static_cast<int64_t>(weights_.size()); }
+    int64_t placed_huge_bytes() const { return static_cast<int64_t>(weights_.huge_page_bytes()); }
 
     // Preallocates activations for batches of max_tokens producing up to
     // max_outputs logits rows (defaults to max_tokens).
@@ -131,7 +145,7 @@ private:
     Status bind();
     Status bind_matrix(const char *name, int64_t n_rows, int64_t n_cols, cpu::WeightView *out);
     Status bind_vector(const char *name, int64_t n, const float **out);
-    void repack_weights();
+    Status place_weights(bool map_weights);
     Status validate(const Batch &batch, const KvCache &kv, const Workspace &ws) const;
     void attention(const Batch &batch, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t il) const;
 
@@ -143,8 +157,9 @@ private:
     std::vector<float> inv_freq_;
     // Vectors stored in a non-f32 type are converted once at load and kept here.
     std::vector<std::unique_ptr<float[]>> owned_;
-    // Q4_0 / Q8_0 matrices repacked for the integer tile kernel (WeightView::x16).
-    std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> packed_;
+    // The streamed matrices (place_weights): copies, and Q4_0 / Q8_0 ones
+    // repacked for the integer tile kernel (WeightView::x16).
+    PageBuffer weights_;
     int64_t weight_bytes_ = 0;
 };
 
