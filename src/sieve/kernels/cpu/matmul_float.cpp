@@ -1,10 +1,9 @@
 // matmul_float: the f32 path of matmul (see matmul_float.h).
 //
-//   decode (1 token): tasks of consecutive rows; each row is streamed once,
-//     F16 / BF16 converted to f32 in registers (no scratch), one FMA chain
-//     per 16 lanes.
-//   batched decode (2..k_stream_max_tokens): the same, 4 rows x up to 6
-//     tokens of accumulators, so each weight vector feeds several tokens.
+//   decode (1..k_stream_max_tokens): tasks of consecutive rows, 4 rows (one
+//     from each quarter of the task) x up to 6 tokens of accumulators; each
+//     row is streamed once, F16 / BF16 converted to f32 in registers (no
+//     scratch), and each weight vector feeds every token of the group.
 //   prefill: tasks of 16 rows x 192 tokens; a 4 x 6 register-blocked
 //     micro-kernel (24 accumulators) runs over them. F16 / BF16 rows are
 //     read in place (converted in registers) over the whole k; the other
@@ -362,8 +361,6 @@ constexpr int64_t k_stream_max_tokens = 12;
 // the prefetcher, few claims on the pool's shared word, still hundreds of
 // tasks for dynamic balance on the big matrices).
 constexpr int64_t k_stream_task_bytes = 192 * 1024;
-constexpr int64_t k_stream_single_row_tokens = 1;
-constexpr int k_stream_single_rows = 1;
 
 // One task of the stream path: rows [r0, r1) in groups of R.
 template <int R>
@@ -410,16 +407,15 @@ void matmul_stream(const WeightView &w, const float *x, int64_t n_tokens, float 
     const int64_t chunk =
         std::max<int64_t>(k_rows, k_stream_task_bytes / std::max<int64_t>(w.row_bytes, 1) / k_rows * k_rows);
     const int64_t n_tasks = (w.n_rows + chunk - 1) / chunk;
-    // One token: the rows one after the other, one sequential stream (a
-    // little faster than four). More tokens: 4 rows share each activation
-    // load, taken from the 4 quarters of the task's rows (stream_rows).
-    const bool one_row = n_tokens <= k_stream_single_row_tokens && streams_in_registers(w.type);
+    // 4 rows at a time, taken from the 4 quarters of the task's rows
+    // (stream_rows): 4 independent FMA chains, and with more tokens each
+    // activation load serves 4 rows. One token used to run one row at a time
+    // (one stream per thread), which was as fast while the weights sat on
+    // 4 KiB pages; on huge pages it is bound by the latency of its single FMA
+    // chain (Llama-1B F16 tg64 ~12 -> ~13.5-19 tok/s with 4 rows, alternated).
     pool.run(n_tasks, [&](int64_t task, int) {
         const int64_t r0 = task * chunk, r1 = std::min(r0 + chunk, w.n_rows);
-        if (one_row)
-            stream_rows<k_stream_single_rows>(w, x, n_tokens, y, r0, r1);
-        else
-            stream_rows<k_rows>(w, x, n_tokens, y, r0, r1);
+        stream_rows<k_rows>(w, x, n_tokens, y, r0, r1);
     });
 }
 
