@@ -71,11 +71,11 @@ Status Model::place_weights(bool map_weights) {
             std::memcpy(dst, w.data, p.bytes);
             p.w->data = dst;
         }
+        // Right away, so resident memory peaks at the arena plus one matrix
+        // (a tied output's original is the embedding, which stays: it is
+        // read by row).
+        if (p.orig != tok_embd_.data) file_.release(p.orig, static_cast<uint64_t>(w.n_rows * w.row_bytes));
     }
-    // After every copy is made (a tied output's original is the embedding,
-    // which stays: it is read by row).
-    for (const Place &p : places)
-        if (p.orig != tok_embd_.data) file_.release(p.orig, static_cast<uint64_t>(p.w->n_rows * p.w->row_bytes));
     return Status();
 }
 
