@@ -35,7 +35,10 @@ Result<PageBuffer> PageBuffer::allocate(size_t bytes) {
     // One extra huge page of address space so the start can be aligned; the
     // unused ends are unmapped again.
     const size_t span = rounded + k_huge_page;
-    void *p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    // Not MAP_NORESERVE: the kernel's overcommit check then refuses a size
+    // that cannot fit here and then, with an error, instead of a later
+    // out-of-memory kill while the weights are copied.
+    void *p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         return Status::errorf("cannot allocate %.1f MiB for weights: %s", static_cast<double>(bytes) / (1 << 20),
                               std::strerror(errno));

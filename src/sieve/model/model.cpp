@@ -59,7 +59,10 @@ Status Model::place_weights(bool map_weights) {
     }
     if (places.empty()) return Status();
     Result<PageBuffer> arena = PageBuffer::allocate(total);
-    if (!arena.ok()) return arena.status();
+    if (!arena.ok()) {
+        return Status::errorf("%s%s", arena.status().message().c_str(),
+                              map_weights ? "" : " (--mmap leaves the weights in the file mapping instead)");
+    }
     weights_ = std::move(arena.value());
     for (const Place &p : places) {
         uint8_t *dst = weights_.data() + p.offset;
