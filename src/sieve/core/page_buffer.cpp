@@ -40,7 +40,7 @@ Result<PageBuffer> PageBuffer::allocate(size_t bytes) {
     // out-of-memory kill while the weights are copied.
     void *p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
-        return Status::errorf("cannot allocate %.1f MiB for weights: %s", static_cast<double>(bytes) / (1 << 20),
+        return Status::errorf("cannot allocate %.1f MiB: %s", static_cast<double>(bytes) / (1 << 20),
                               std::strerror(errno));
     }
     uint8_t *base = static_cast<uint8_t *>(p);

@@ -60,7 +60,7 @@ Status Model::place_weights(bool map_weights) {
     if (places.empty()) return Status();
     Result<PageBuffer> arena = PageBuffer::allocate(total);
     if (!arena.ok()) {
-        return Status::errorf("%s%s", arena.status().message().c_str(),
+        return Status::errorf("weights: %s%s", arena.status().message().c_str(),
                               map_weights ? "" : " (--mmap leaves the weights in the file mapping instead)");
     }
     weights_ = std::move(arena.value());

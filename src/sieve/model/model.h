@@ -3,9 +3,10 @@
 //
 // A Model is immutable after load(): the matrices a step streams are copied
 // once into a huge-page arena (Q4_0 / Q8_0 repacked on the way, see
-// place_weights), the rest stays in the mapped GGUF file, and one Model serves
-// any number of Workspaces / threads. A Workspace holds every activation buffer, sized once
-// for a maximum batch, so a forward step allocates nothing.
+// place_weights), the rest stays in the mapped GGUF file, and one Model
+// serves any number of Workspaces / threads. A Workspace holds every
+// activation buffer, sized once for a maximum batch, so a forward step
+// allocates nothing.
 //
 // One step (Model::forward), the math per layer:
 //   x = token_embd[tok]

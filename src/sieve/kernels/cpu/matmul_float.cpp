@@ -362,9 +362,9 @@ constexpr int64_t k_stream_max_tokens = 12;
 // tasks for dynamic balance on the big matrices).
 constexpr int64_t k_stream_task_bytes = 192 * 1024;
 
-// One task of the stream path: rows [r0, r1) in groups of R.
-template <int R>
+// One task of the stream path: rows [r0, r1) in groups of R = k_rows.
 void stream_rows(const WeightView &w, const float *x, int64_t n_tokens, float *y, int64_t r0, int64_t r1) {
+    constexpr int R = k_rows;
     const int64_t n = w.n_cols, nv = n / V::width * V::width;
     const uint8_t *base = static_cast<const uint8_t *>(w.data);
     const bool raw = streams_in_registers(w.type);
@@ -396,7 +396,7 @@ void stream_rows(const WeightView &w, const float *x, int64_t n_tokens, float *y
             const int n_t = static_cast<int>(std::min<int64_t>(V::max_tokens, n_tokens - tg));
             const float *xs[V::max_tokens];
             for (int j = 0; j < n_t; ++j) xs[j] = x + (tg + j) * n;
-            micro_for_type<R>(raw ? w.type : GgmlType::F32, n_t)(rows, xs, 0, nv, acc, true);
+            micro_for_type<k_rows>(raw ? w.type : GgmlType::F32, n_t)(rows, xs, 0, nv, acc, true);
             for (int i = 0; i < n_r; ++i)
                 for (int j = 0; j < n_t; ++j) fin(row_of[i], tg + j, acc + (i * n_t + j) * V::width);
         }
@@ -415,14 +415,15 @@ void matmul_stream(const WeightView &w, const float *x, int64_t n_tokens, float 
     // chain (Llama-1B F16 tg64 ~12 -> ~13.5-19 tok/s with 4 rows, alternated).
     pool.run(n_tasks, [&](int64_t task, int) {
         const int64_t r0 = task * chunk, r1 = std::min(r0 + chunk, w.n_rows);
-        stream_rows<k_rows>(w, x, n_tokens, y, r0, r1);
+        stream_rows(w, x, n_tokens, y, r0, r1);
     });
 }
 
 // ---- Prefill ---------------------------------------------------------------
-// Tasks of k_pf_rows rows x k_pf_tokens tokens. F16 and BF16 run each (4 rows x V::max_tokens tokens)
-// micro-tile over the whole k straight from the weight rows: the
-// accumulators never leave the registers and no slab is written (measured on
+// Tasks of k_pf_rows rows x k_pf_tokens tokens. F16 and BF16 run each
+// (4 rows x V::max_tokens tokens) micro-tile over the whole k straight from
+// the weight rows: the accumulators never leave the registers and no slab is
+// written (measured on
 // the Llama-3.2-1B-shaped F16 file: pp512 ~88 -> ~104 tok/s against the
 // k-blocked slab path, docs/benchmarks.md). The other types are cut along k
 // into blocks of k_pf_cols columns: per block the task's weight rows are
@@ -461,7 +462,7 @@ void matmul_prefill(const WeightView &w, const float *x, int64_t n_tokens, float
         const int64_t t0 = tb * k_pf_tokens, t1 = std::min(t0 + k_pf_tokens, n_tokens);
         const int64_t n_r = r1 - r0;
         PfScratch &sc = pf_scratch();
-        float *slab = grow(sc.slab, static_cast<size_t>(k_pf_rows * k_pf_cols));
+        float *slab = in_place ? nullptr : grow(sc.slab, static_cast<size_t>(k_pf_rows * k_pf_cols));
         float *acc = grow(sc.acc, static_cast<size_t>(k_pf_rows / k_rows * n_tg_max * tile_floats));
         // k0 == 0 always runs, so rows shorter than one vector still start
         // their accumulators at zero.
