@@ -61,8 +61,7 @@ struct AttnData {
         a.v = vp.data();
         a.o = o.data();
         a.n_q = n_q;
-        a.n_kv = n_kv;
-        a.q_pos0 = n_kv - n_q;
+        a.n_past = n_kv - n_q;
         a.n_head = n_head;
         a.n_head_kv = n_head_kv;
         a.head_dim = d;

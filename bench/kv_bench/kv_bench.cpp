@@ -76,7 +76,7 @@ double time_contiguous(VAttentionKv &kv, const HeadShape &hs, int batch, int64_t
                        ThreadPool &pool, int iters) {
     std::vector<const float *> kp(static_cast<size_t>(hs.n_head_kv)), vp(kp.size());
     cpu::AttnArgs a;
-    a.n_q = 1, a.n_kv = ctx, a.q_pos0 = ctx - 1, a.n_head = hs.n_head, a.n_head_kv = hs.n_head_kv;
+    a.n_q = 1, a.n_past = ctx - 1, a.n_head = hs.n_head, a.n_head_kv = hs.n_head_kv;
     a.head_dim = hs.head_dim, a.scale = 0.125f, a.k = kp.data(), a.v = vp.data();
     std::vector<double> t;
     for (int it = 0; it < iters; ++it) {
@@ -142,7 +142,7 @@ int run_attn(int reps, int n_threads) {
                 for (int64_t n = 256; n <= ctx; n = std::min(ctx, n + 256)) {
                     for (int s = 0; s < batch; ++s) {
                         if (!lanes.reserve(s, n).ok()) return 1;
-                        lanes.set_n_tokens(s, n);
+                        lanes.set_n_pos(s, n);
                         for (auto &p : paged)
                             if (!p->reserve(s, n).ok()) return 1;
                     }
@@ -217,11 +217,11 @@ int run_map(int reps, int n_threads) {
             if (pass == 0)
                 for (int s = 0; s < batch; ++s) kv.clear(s);
         }
-        for (int s = 0; s < batch; ++s) kv.set_n_tokens(s, ctx);
+        for (int s = 0; s < batch; ++s) kv.set_n_pos(s, ctx);
         // Decode, mapping inside reserve() (headroom only): n_decode steps.
         for (int mode = 0; mode < 2; ++mode) {
             if (mode == 1) {
-                for (int s = 0; s < batch; ++s) kv.set_n_tokens(s, ctx);
+                for (int s = 0; s < batch; ++s) kv.set_n_pos(s, ctx);
                 kv.trim();
                 for (int s = 0; s < batch; ++s)  // what the engine does after a prefill step
                     if (!kv.map_ahead(s).ok()) return 1;
@@ -236,7 +236,7 @@ int run_map(int reps, int n_threads) {
                 const int64_t dt = time_us() - t0;
                 in_reserve += dt;
                 worst = std::max(worst, static_cast<double>(dt));
-                for (int s = 0; s < batch; ++s) kv.set_n_tokens(s, ctx + i);
+                for (int s = 0; s < batch; ++s) kv.set_n_pos(s, ctx + i);
                 if (mode == 1) {
                     const int64_t t1 = time_us();
                     for (int s = 0; s < batch; ++s)
@@ -259,7 +259,7 @@ int run_map(int reps, int n_threads) {
         std::vector<float> q(static_cast<size_t>(hs.n_head * hs.head_dim)), o(q.size());
         fill_values(q.data(), static_cast<int64_t>(q.size()), 3);
         cpu::AttnArgs a;
-        a.n_q = 1, a.n_kv = ctx, a.q_pos0 = ctx - 1, a.n_head = hs.n_head, a.n_head_kv = hs.n_head_kv;
+        a.n_q = 1, a.n_past = ctx - 1, a.n_head = hs.n_head, a.n_head_kv = hs.n_head_kv;
         a.head_dim = hs.head_dim, a.scale = 0.125f, a.k = kp.data(), a.v = vp.data(), a.q = q.data(), a.o = o.data();
         for (int s = 0; s < batch; ++s)
             for (int64_t g = 0; g < hs.n_head_kv; ++g) {
@@ -286,7 +286,7 @@ int run_map(int reps, int n_threads) {
             kp[static_cast<size_t>(g)] = kv.k_lane(0, 0, g);
             vp[static_cast<size_t>(g)] = kv.v_lane(0, 0, g);
         }
-        a.n_q = ctx, a.q_pos0 = 0, a.q = qp.data(), a.o = op.data();
+        a.n_q = ctx, a.n_past = 0, a.q = qp.data(), a.o = op.data();
         const int64_t t0 = time_us();
         cpu::attention_prefill(a, pool);
         pre_attn.push_back(static_cast<double>(time_us() - t0) * static_cast<double>(hs.n_layer));

@@ -9,7 +9,7 @@ add_executable(make_bench_model ${CMAKE_SOURCE_DIR}/tests/model/make_bench_model
 target_compile_options(make_bench_model PRIVATE ${SIEVE_WARNINGS})
 target_link_libraries(make_bench_model PRIVATE sieve_lib)
 
-set(bench_stories ${SIEVE_SHARED_MODELS}/stories260K.gguf)
+set(bench_stories ${SIEVE_TEST_MODELS}/stories260K.gguf)
 set(bench_small -m ${bench_stories} -p 16 -n 4 -r 2 --bandwidth 20)
 function(sieve_bench_test name rc out_re err_re)
   add_test(NAME cli.bench.${name}

@@ -2,7 +2,7 @@
 # real binary through expect.sh, which checks the exit status and regexes on
 # stdout and stderr.
 
-set(SIEVE_STORIES "${SIEVE_SHARED_MODELS}/stories260K.gguf")
+set(SIEVE_STORIES "${SIEVE_TEST_MODELS}/stories260K.gguf")
 set(SIEVE_DEFAULT_MODEL "${SIEVE_MODEL_CACHE}/SmolLM2-135M-Instruct.Q4_1.gguf")
 set(SIEVE_EXPECT "${CMAKE_CURRENT_LIST_DIR}/expect.sh")
 set(SIEVE_BIN "$<TARGET_FILE:sieve>")

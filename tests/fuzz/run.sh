@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build="${SIEVE_FUZZ_BUILD:-$root/build-fuzz}"
 seconds="${1:-60}"
 [ $# -gt 0 ] && shift
-models="${SIEVE_SHARED_MODELS:-$root/../shared/models}"
+models="${SIEVE_TEST_MODELS:-$root/tests/data/models}"
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DSIEVE_FUZZ=ON -DSIEVE_NATIVE=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -168,7 +168,7 @@ Status run(const Args &args) {
         b.clear();
         for (int s = 0; s < n_seq; ++s) {
             gen[static_cast<size_t>(s)].push_back(next[static_cast<size_t>(s)]);
-            b.add(next[static_cast<size_t>(s)], static_cast<int32_t>((**kv).n_tokens(s)), s, true);
+            b.add(next[static_cast<size_t>(s)], static_cast<int32_t>((**kv).n_pos(s)), s, true);
         }
         if (step + 1 == args.n_gen) break;  // the last pick needs no forward
         SIEVE_TRY(m.forward(b.view(), **kv, *ws, pool));

@@ -106,8 +106,8 @@ def _tool(var: str) -> str:
     return path
 
 
-def _shared_models() -> Path:
-    return Path(os.environ.get("SIEVE_SHARED_MODELS", ROOT.parent / "shared" / "models"))
+def _test_models() -> Path:
+    return Path(os.environ.get("SIEVE_TEST_MODELS", ROOT / "tests" / "data" / "models"))
 
 
 def _smollm2_path() -> Path:
@@ -309,8 +309,8 @@ def compare_exact(name: str, path: Path, prompts: list[list[int]], ref: Referenc
 # ---------------------------------------------------------------------------
 
 def test_stories260k(tmp_path):
-    path = _shared_models() / "stories260K.gguf"
-    assert path.is_file(), f"{path} missing: the tiny test model lives in shared/models beside the repository"
+    path = _test_models() / "stories260K.gguf"
+    assert path.is_file(), f"{path} missing: the tiny test model is committed under tests/data/models"
     compare_model("stories260K", path, tmp_path)
 
 

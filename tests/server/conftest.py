@@ -5,7 +5,7 @@ exits cleanly).
 
 Environment (set by tests/server/CMakeLists.txt):
   SIEVE_BIN            the sieve binary
-  SIEVE_SHARED_MODELS  folder with stories260K.gguf
+  SIEVE_TEST_MODELS  folder with stories260K.gguf
   SIEVE_SOURCE_DIR     repository root (for scripts/fetch_model.sh)
 """
 import os
@@ -32,9 +32,9 @@ def _bin():
 
 
 def stories_model():
-    path = os.path.join(os.environ.get("SIEVE_SHARED_MODELS", ""), "stories260K.gguf")
+    path = os.path.join(os.environ.get("SIEVE_TEST_MODELS", ""), "stories260K.gguf")
     if not os.path.exists(path):
-        pytest.fail(f"stories260K.gguf not found at {path}; set SIEVE_SHARED_MODELS")
+        pytest.fail(f"stories260K.gguf not found at {path}; set SIEVE_TEST_MODELS")
     return path
 
 

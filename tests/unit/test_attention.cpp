@@ -30,22 +30,31 @@ struct Lane {
     Lane(Lane &&) = default;
 };
 
-// One sequence's attention inputs. Keys past the last visible one (n_kv >
-// q_pos0 + n_q) are filled with NaN: a kernel that reads them fails loudly.
+// One sequence's attention inputs. Rows of a lane past the last visible one
+// (n_kv > n_past(g) + n_q) are filled with NaN: a kernel that reads them fails
+// loudly. With per-head rows (lanes of different lengths, as after a sparse
+// policy compacted some), lane g holds past[g] rows before the chunk.
 struct AttnCase {
-    int64_t n_head, n_head_kv, head_dim, n_q, q_pos0, n_kv;
+    int64_t n_head, n_head_kv, head_dim, n_q, n_kv;
+    std::vector<int64_t> past;  // [n_head_kv]
+    bool per_head = false;
     std::vector<float> q;
     std::vector<Lane> k, v;
     std::vector<const float *> k_ptr, v_ptr;
 
     AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, int64_t pos0, int64_t nkv,
              int64_t misalign = 0)
-        : n_head(nh), n_head_kv(nh_kv), head_dim(d), n_q(nq), q_pos0(pos0), n_kv(nkv) {
+        : AttnCase(rng, nh, nh_kv, d, nq, std::vector<int64_t>(static_cast<size_t>(nh_kv), pos0), nkv, misalign) {
+        per_head = false;
+    }
+    AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, std::vector<int64_t> past_rows,
+             int64_t nkv, int64_t misalign = 0)
+        : n_head(nh), n_head_kv(nh_kv), head_dim(d), n_q(nq), n_kv(nkv), past(std::move(past_rows)), per_head(true) {
         // sigma 0.5 puts the scaled scores in a realistic range; the outliers
         // make some rows nearly one-hot.
         q = random_values(rng, static_cast<size_t>(nq * nh * d), 0.5f);
-        const int64_t n_vis = pos0 + nq;
         for (int64_t h = 0; h < nh_kv; ++h) {
+            const int64_t n_vis = past[static_cast<size_t>(h)] + nq;
             std::vector<float> kh = random_values(rng, static_cast<size_t>(nkv * d), 0.5f);
             std::vector<float> vh = random_values(rng, static_cast<size_t>(nkv * d));
             std::fill(kh.begin() + n_vis * d, kh.end(), NAN);
@@ -64,8 +73,8 @@ struct AttnCase {
         a.o = o;
         a.lse = lse;
         a.n_q = n_q;
-        a.n_kv = n_kv;
-        a.q_pos0 = q_pos0;
+        a.n_past = past[0];
+        a.n_past_kv = per_head ? past.data() : nullptr;
         a.n_head = n_head;
         a.n_head_kv = n_head_kv;
         a.head_dim = head_dim;
@@ -90,10 +99,10 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
     else
         cpu::attention_decode(c.args(o.data(), lse.data()), pool);
     cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()));
-    const int64_t group = c.n_head / c.n_head_kv, n_vis = c.q_pos0 + c.n_q;
+    const int64_t group = c.n_head / c.n_head_kv;
     std::vector<float> vmax(static_cast<size_t>(c.n_head_kv), 0.0f);
     for (int64_t h = 0; h < c.n_head_kv; ++h)
-        for (int64_t i = 0; i < n_vis * c.head_dim; ++i)
+        for (int64_t i = 0; i < (c.past[static_cast<size_t>(h)] + c.n_q) * c.head_dim; ++i)
             vmax[h] = std::max(vmax[h], std::fabs(c.v_ptr[h][i]));
     const char *name = kernel == Kernel::prefill ? "prefill" : "decode";
     int n_bad = 0;
@@ -104,7 +113,7 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
                 const size_t idx = static_cast<size_t>((i * c.n_head + h) * c.head_dim + e);
                 if (!(std::fabs(o[idx] - o_ref[idx]) <= tol)) {
                     ADD_FAILURE() << name << " heads " << c.n_head << "/" << c.n_head_kv << " d=" << c.head_dim
-                                  << " n_q=" << c.n_q << " pos0=" << c.q_pos0 << " n_kv=" << c.n_kv << ": O[q=" << i
+                                   << " n_q=" << c.n_q << " n_past[0]=" << c.past[0] << " n_kv=" << c.n_kv << ": O[q=" << i
                                   << ", h=" << h << ", " << e << "] = " << o[idx] << ", want " << o_ref[idx];
                     ++n_bad;
                     break;
@@ -243,5 +252,51 @@ TEST(Attention, PrefillSplitsTheKeysOfFewRows) {
         cpu::attention_prefill(c.args(o.data(), l.data()), p);
         EXPECT_EQ(0, std::memcmp(o.data(), o1.data(), n_o * sizeof(float))) << n_threads << " threads";
         EXPECT_EQ(0, std::memcmp(l.data(), l1.data(), n_l * sizeof(float))) << n_threads << " threads";
+    }
+}
+
+TEST(Attention, UnevenLanesMatchReference) {
+    // Lanes of one layer holding different row counts (a sparse policy kept
+    // different subsets per KV head): query i of head group g sees the first
+    // n_past[g] + i + 1 rows of its own lane, NaN past that. Includes an empty
+    // past (a lane compacted to nothing), a lane far longer than the others
+    // (the decode plan is sized by it; short lanes get empty chunks) and the
+    // prefill key split (few queries, one long lane).
+    std::mt19937 rng(52);
+    ThreadPool pool(2);
+    const std::vector<std::vector<int64_t>> pasts = {{0, 5}, {300, 7}, {1, 2000, 64}, {129, 128, 63, 0}};
+    for (const std::vector<int64_t> &past : pasts) {
+        const int64_t nh_kv = static_cast<int64_t>(past.size()), most = *std::max_element(past.begin(), past.end());
+        for (int64_t group : {1, 3})
+            for (int64_t d : {64, 36}) {
+                check(AttnCase(rng, group * nh_kv, nh_kv, d, 1, past, most + 9), Kernel::decode, pool);
+                for (int64_t n_q : {1, 4, 70})
+                    check(AttnCase(rng, group * nh_kv, nh_kv, d, n_q, past, most + n_q + 3), Kernel::prefill, pool);
+            }
+    }
+}
+
+TEST(Attention, EqualPerHeadRowsGiveTheUniformBits) {
+    // n_past_kv with every lane at n_past is the dense call exactly: the same
+    // plan, the same chunks, the same bits (what "sparse with everything kept
+    // == dense" rests on).
+    std::mt19937 rng(53);
+    ThreadPool pool(2);
+    for (int64_t n_q : {1, 6, 90}) {
+        AttnCase c(rng, 9, 3, 64, n_q, 777, 777 + n_q);
+        const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim);
+        const size_t n_l = static_cast<size_t>(c.n_head * c.n_q);
+        std::vector<float> o1(n_o, NAN), l1(n_l, NAN), o2(n_o, NAN), l2(n_l, NAN);
+        const auto run = [&](float *o, float *l) {
+            if (n_q == 1)
+                cpu::attention_decode(c.args(o, l), pool);
+            else
+                cpu::attention_prefill(c.args(o, l), pool);
+        };
+        run(o1.data(), l1.data());
+        c.per_head = true;
+        run(o2.data(), l2.data());
+        EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), n_o * sizeof(float))) << "n_q " << n_q;
+        EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), n_l * sizeof(float))) << "n_q " << n_q;
     }
 }

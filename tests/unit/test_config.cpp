@@ -52,7 +52,7 @@ std::string default_model_path() {
 }  // namespace
 
 TEST(ModelConfig, Stories260K) {
-    auto f = GgufFile::open(std::string(SIEVE_SHARED_MODELS) + "/stories260K.gguf");
+    auto f = GgufFile::open(std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf");
     ASSERT_TRUE(f.ok()) << f.status().message();
     auto r = ModelConfig::from_gguf(*f.value());
     ASSERT_TRUE(r.ok()) << r.status().message();

@@ -26,7 +26,7 @@
 namespace sieve {
 namespace {
 
-const std::string k_model = std::string(SIEVE_SHARED_MODELS) + "/stories260K.gguf";
+const std::string k_model = std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf";
 
 // Gathers every request's events; wait() blocks until n requests finished.
 class Collector {

@@ -433,7 +433,7 @@ TEST(GgufReader, RejectsBadTensorInfos) {
 }
 
 TEST(GgufReader, ParsesTheTinyModel) {
-    const std::string path = std::string(SIEVE_SHARED_MODELS) + "/stories260K.gguf";
+    const std::string path = std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf";
     auto r = GgufFile::open(path);
     ASSERT_TRUE(r.ok()) << r.status().message();
     const GgufFile &f = *r.value();

@@ -18,7 +18,7 @@ namespace sieve {
 namespace {
 
 TEST(KvModel, VAttentionLogitsEqualContiguous) {
-    const std::string path = std::string(SIEVE_SHARED_MODELS) + "/stories260K.gguf";
+    const std::string path = std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf";
     auto file = GgufFile::open(path);
     ASSERT_TRUE(file.ok()) << file.status().message() << " (tests need " << path << ")";
     auto model = Model::load(**file);
@@ -87,7 +87,7 @@ TEST(KvModel, VAttentionLogitsEqualContiguous) {
     ASSERT_NO_FATAL_FAILURE(step({{0, 30}, {2, 1}}));
     for (int i = 0; i < 10; ++i) ASSERT_NO_FATAL_FAILURE(step({{0, 1}, {1, 1}, {2, 1}}));
     EXPECT_GT(vkv.stats().n_reclaimed_pages, 0);
-    EXPECT_EQ(vkv.n_tokens(2), 221);
+    EXPECT_EQ(vkv.n_pos(2), 221);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ void fill(PagedKv &kv, int seq, const PagedCase &c, std::mt19937 &rng, std::vect
             std::copy_n(v_lanes[static_cast<size_t>(g)].data() + t * c.head_dim, c.head_dim, kv.v_row(seq, 0, g, t));
         }
     }
-    kv.set_n_tokens(seq, c.n_kv);
+    kv.set_n_pos(seq, c.n_kv);
 }
 
 TEST(KvPaged, DecodeMatchesReferenceAndContiguous) {
@@ -93,8 +93,7 @@ TEST(KvPaged, DecodeMatchesReferenceAndContiguous) {
             ca.o = o_contig.data();
             ca.lse = lse_contig.data();
             ca.n_q = 1;
-            ca.n_kv = c.n_kv;
-            ca.q_pos0 = c.n_kv - 1;
+            ca.n_past = c.n_kv - 1;
             ca.n_head = c.n_head;
             ca.n_head_kv = c.n_head_kv;
             ca.head_dim = c.head_dim;

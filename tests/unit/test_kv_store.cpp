@@ -107,11 +107,11 @@ TEST(KvLanes, GrowShrinkAndStablePointers) {
     ASSERT_TRUE(kv.reserve(0, 300).ok());
     EXPECT_GE(kv.capacity(0), 300);
     fill_rows(k00, 0, 300, d, 7.0f);
-    kv.set_n_tokens(0, 300);
+    kv.set_n_pos(0, 300);
     ASSERT_TRUE(kv.reserve(0, 900).ok());
     EXPECT_EQ(kv.k_lane(0, 1, 1), k00);  // pointers never move
     fill_rows(k00, 300, 900, d, 7.0f);
-    kv.set_n_tokens(0, 900);
+    kv.set_n_pos(0, 900);
     for (int64_t r = 0; r < 900; ++r) ASSERT_EQ(k00[r * d + 5], 7.0f + static_cast<float>(r) + 0.005f) << r;
     // 900 rows x 48 B = 11 pages (+1 headroom, capped by the 12-page span) per lane, 8 lanes.
     EXPECT_EQ(kv.lane_mapped_bytes(0, 1, 1), 2 * 12 * 4096);
@@ -143,7 +143,7 @@ TEST(KvLanes, ExhaustionIsAStatusAndAllMemoryComesBack) {
     // leave consistent accounting and the data already written intact.
     for (int step = 0; step < 60; ++step) {
         const int seq = step % 6;
-        const int64_t n0 = kv.n_tokens(seq), n1 = std::min<int64_t>(2048, n0 + 1 + rng() % 90);
+        const int64_t n0 = kv.n_pos(seq), n1 = std::min<int64_t>(2048, n0 + 1 + rng() % 90);
         Status st = kv.reserve(seq, n1);
         ASSERT_TRUE(kv.check_accounting().ok()) << kv.check_accounting().message();
         if (!st.ok()) {
@@ -156,13 +156,13 @@ TEST(KvLanes, ExhaustionIsAStatusAndAllMemoryComesBack) {
                 fill_rows(kv.k_lane(seq, il, h), n0, n1, d, 100.0f * seq);
                 fill_rows(kv.v_lane(seq, il, h), n0, n1, d, -100.0f * seq);
             }
-        kv.set_n_tokens(seq, n1);
+        kv.set_n_pos(seq, n1);
     }
     EXPECT_GT(n_fail, 0);
     EXPECT_EQ(kv.pool().n_free(), 0);
     for (int seq = 0; seq < 6; ++seq) {
         const float *k = kv.k_lane(seq, 1, 0);
-        for (int64_t r = 0; r < kv.n_tokens(seq); ++r) ASSERT_EQ(k[r * d], 100.0f * seq + static_cast<float>(r));
+        for (int64_t r = 0; r < kv.n_pos(seq); ++r) ASSERT_EQ(k[r * d], 100.0f * seq + static_cast<float>(r));
     }
     // clear() caches pages (deferred reclamation); a new sequence in another
     // slot takes them back on demand.
@@ -170,7 +170,7 @@ TEST(KvLanes, ExhaustionIsAStatusAndAllMemoryComesBack) {
     kv.clear(1);
     EXPECT_EQ(kv.pool().n_free(), 0);
     const int64_t before = kv.stats().n_reclaimed_pages;
-    ASSERT_TRUE(kv.reserve(2, kv.n_tokens(2) + 200).ok());
+    ASSERT_TRUE(kv.reserve(2, kv.n_pos(2) + 200).ok());
     EXPECT_GT(kv.stats().n_reclaimed_pages, before);
     for (int seq = 0; seq < 6; ++seq) kv.clear(seq);
     EXPECT_GT(kv.trim(), 0);
@@ -184,14 +184,14 @@ TEST(KvLanes, DeferredReclamationReusesTheSlotsPages) {
     ASSERT_TRUE(kr.ok());
     VAttentionKv &kv = **kr;
     ASSERT_TRUE(kv.reserve(0, 400).ok());
-    kv.set_n_tokens(0, 400);
+    kv.set_n_pos(0, 400);
     const int64_t mapped = kv.mapped_pages();
     kv.clear(0);
     EXPECT_EQ(kv.mapped_pages(), mapped);
     kv.reset_stats();
     ASSERT_TRUE(kv.reserve(0, 300).ok());  // the next sequence in slot 0 maps nothing
     EXPECT_EQ(kv.stats().n_map_calls, 0);
-    EXPECT_EQ(kv.n_tokens(0), 0);
+    EXPECT_EQ(kv.n_pos(0), 0);
 }
 
 // Within one step the engine reserves for several sequences before the
@@ -213,7 +213,7 @@ TEST(KvLanes, ReclaimNeverTakesReservedButUnwrittenPages) {
             fill_rows(kv.k_lane(0, l, h), 0, 2 * rows_per_page, d, 1.0f);
             fill_rows(kv.v_lane(0, l, h), 0, 2 * rows_per_page, d, 2.0f);
         }
-    kv.set_n_tokens(0, 2 * rows_per_page);
+    kv.set_n_pos(0, 2 * rows_per_page);
     EXPECT_EQ(kv.k_lane(0, 1, 1)[(2 * rows_per_page - 1) * d + 3], 1.0f + static_cast<float>(2 * rows_per_page - 1) + 0.003f);
     // Once slot 0 is cleared its cached pages are fair game again.
     kv.clear(0);
@@ -227,11 +227,11 @@ TEST(KvLanes, MapAheadKeepsMmapOutOfReserve) {
     ASSERT_TRUE(kr.ok());
     VAttentionKv &kv = **kr;
     ASSERT_TRUE(kv.reserve(0, 100).ok());
-    kv.set_n_tokens(0, 100);
+    kv.set_n_pos(0, 100);
     kv.reset_stats();
     for (int64_t n = 101; n <= 1000; ++n) {
         ASSERT_TRUE(kv.reserve(0, n).ok());
-        kv.set_n_tokens(0, n);
+        kv.set_n_pos(0, n);
         ASSERT_TRUE(kv.map_ahead(0).ok());
     }
     EXPECT_EQ(kv.stats().n_map_calls_reserve, 0);
@@ -249,16 +249,16 @@ TEST(KvLanes, SharedPagesAreCopiedOnWrite) {
             fill_rows(kv.k_lane(0, il, h), 0, 500, d, 1000.0f);
             fill_rows(kv.v_lane(0, il, h), 0, 500, d, 2000.0f);
         }
-    kv.set_n_tokens(0, 500);
+    kv.set_n_pos(0, 500);
     const int64_t used = kv.pool().n_used();
     ASSERT_TRUE(kv.share_prefix(1, 0, 450).ok());
     EXPECT_EQ(kv.pool().n_used(), used);  // no copy yet
-    EXPECT_EQ(kv.n_tokens(1), 450);
+    EXPECT_EQ(kv.n_pos(1), 450);
     EXPECT_EQ(std::memcmp(kv.k_lane(1, 1, 1), kv.k_lane(0, 1, 1), 450 * d * sizeof(float)), 0);
     // Slot 1 appends: rows 450.. sit on the last shared page, which is copied first.
     ASSERT_TRUE(kv.reserve(1, 460).ok());
     fill_rows(kv.k_lane(1, 1, 1), 450, 460, d, -5.0f);
-    kv.set_n_tokens(1, 460);
+    kv.set_n_pos(1, 460);
     EXPECT_GT(kv.stats().n_cow_pages, 0);
     EXPECT_EQ(kv.k_lane(0, 1, 1)[455 * d], 1000.0f + 455.0f);  // slot 0 unchanged
     // Slot 0 rewrites row 10 (a shared page): slot 1 keeps the old value.
@@ -286,15 +286,15 @@ TEST(KvLanes, CompactKeepsRowsInOrderAndFreesTheTail) {
             fill_rows(kv.k_lane(0, il, h), 0, 1000, d, 10.0f);
             fill_rows(kv.v_lane(0, il, h), 0, 1000, d, 20.0f);
         }
-    kv.set_n_tokens(0, 1000);
+    kv.set_n_pos(0, 1000);
     std::mt19937 rng(11);
     std::vector<int32_t> keep;
     for (int32_t r = 0; r < 1000; ++r)
         if (r < 4 || r >= 960 || rng() % 7 == 0) keep.push_back(r);
     const int64_t before = kv.lane_mapped_bytes(0, 1, 0);
     ASSERT_TRUE(kv.compact(0, 1, 0, keep.data(), static_cast<int64_t>(keep.size())).ok());
-    EXPECT_EQ(kv.lane_n_tokens(0, 1, 0), static_cast<int64_t>(keep.size()));
-    EXPECT_EQ(kv.lane_n_tokens(0, 1, 1), 1000);
+    EXPECT_EQ(kv.n_rows(0, 1, 0), static_cast<int64_t>(keep.size()));
+    EXPECT_EQ(kv.n_rows(0, 1, 1), 1000);
     EXPECT_LT(kv.lane_mapped_bytes(0, 1, 0), before);
     EXPECT_EQ(kv.lane_mapped_bytes(0, 1, 0), 2 * 4096 * ((static_cast<int64_t>(keep.size()) * 32 + 4095) / 4096));
     for (size_t i = 0; i < keep.size(); ++i) {
@@ -305,16 +305,16 @@ TEST(KvLanes, CompactKeepsRowsInOrderAndFreesTheTail) {
     const int64_t nk = static_cast<int64_t>(keep.size());
     ASSERT_TRUE(kv.reserve(0, 1001).ok());
     kv.k_lane(0, 1, 0)[nk * d] = -1.0f;
-    kv.set_n_tokens(0, 1001);
-    EXPECT_EQ(kv.lane_n_tokens(0, 1, 0), nk + 1);
-    EXPECT_EQ(kv.lane_n_tokens(0, 0, 0), 1001);
+    kv.set_n_pos(0, 1001);
+    EXPECT_EQ(kv.n_rows(0, 1, 0), nk + 1);
+    EXPECT_EQ(kv.n_rows(0, 0, 0), 1001);
     EXPECT_TRUE(kv.check_accounting().ok());
     // Bad keep lists change nothing.
     const int32_t unsorted[] = {3, 2};
     const int32_t out_of_range[] = {0, 5000};
     EXPECT_FALSE(kv.compact(0, 0, 0, unsorted, 2).ok());
     EXPECT_FALSE(kv.compact(0, 0, 0, out_of_range, 2).ok());
-    EXPECT_EQ(kv.lane_n_tokens(0, 0, 0), 1001);
+    EXPECT_EQ(kv.n_rows(0, 0, 0), 1001);
 }
 
 
@@ -341,7 +341,7 @@ TEST(KvLanes, TwoMiBPagesHugeOrNot) {
             std::memcpy(kv.k_lane(0, l, h), want.data(), want.size() * sizeof(float));
             for (int64_t i = 0; i < rows * d; ++i) kv.v_lane(0, l, h)[i] = -want[static_cast<size_t>(i)];
         }
-    kv.set_n_tokens(0, rows);
+    kv.set_n_pos(0, rows);
     for (int64_t l = 0; l < 2; ++l)
         for (int64_t h = 0; h < 2; ++h) {
             EXPECT_EQ(std::memcmp(kv.k_lane(0, l, h), want.data(), want.size() * sizeof(float)), 0);

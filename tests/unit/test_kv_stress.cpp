@@ -69,14 +69,14 @@ public:
                         ref.push_back(p[i]);
                     }
                 }
-        kv_->set_n_tokens(s, n1);
+        kv_->set_n_pos(s, n1);
         sh_.n_tokens[static_cast<size_t>(s)] = n1;
     }
 
     void shrink(int s, int64_t by) {
         const int64_t n1 = std::max<int64_t>(0, sh_.n_tokens[static_cast<size_t>(s)] - by);
         const int64_t delta = sh_.n_tokens[static_cast<size_t>(s)] - n1;
-        kv_->set_n_tokens(s, n1);
+        kv_->set_n_pos(s, n1);
         sh_.n_tokens[static_cast<size_t>(s)] = n1;
         for (int64_t il = 0; il < k_layer; ++il)
             for (int64_t h = 0; h < k_head; ++h)
@@ -89,7 +89,7 @@ public:
 
     void compact(int s) {
         const int64_t il = uniform(0, k_layer - 1), h = uniform(0, k_head - 1);
-        const int64_t rows = kv_->lane_n_tokens(s, il, h);
+        const int64_t rows = kv_->n_rows(s, il, h);
         std::vector<int32_t> keep;
         const int64_t pct = uniform(0, 100);
         for (int32_t r = 0; r < rows; ++r)
@@ -110,7 +110,7 @@ public:
     void share(int dst, int src) {
         int64_t min_rows = k_ctx;
         for (int64_t il = 0; il < k_layer; ++il)
-            for (int64_t h = 0; h < k_head; ++h) min_rows = std::min(min_rows, kv_->lane_n_tokens(src, il, h));
+            for (int64_t h = 0; h < k_head; ++h) min_rows = std::min(min_rows, kv_->n_rows(src, il, h));
         const int64_t n = uniform(0, min_rows);
         Status st = kv_->share_prefix(dst, src, n);
         if (!st.ok()) {
@@ -150,10 +150,10 @@ public:
     }
 
     void verify(int s) {
-        ASSERT_EQ(kv_->n_tokens(s), sh_.n_tokens[static_cast<size_t>(s)]);
+        ASSERT_EQ(kv_->n_pos(s), sh_.n_tokens[static_cast<size_t>(s)]);
         for (int64_t il = 0; il < k_layer; ++il)
             for (int64_t h = 0; h < k_head; ++h) {
-                ASSERT_EQ(kv_->lane_n_tokens(s, il, h) * k_dim, static_cast<int64_t>(sh_.lane(s, il, h, 0).size()));
+                ASSERT_EQ(kv_->n_rows(s, il, h) * k_dim, static_cast<int64_t>(sh_.lane(s, il, h, 0).size()));
                 for (int kv = 0; kv < 2; ++kv) {
                     const std::vector<float> &ref = sh_.lane(s, il, h, kv);
                     if (ref.empty()) continue;

@@ -19,7 +19,7 @@
 namespace sieve {
 namespace {
 
-const std::string k_model = std::string(SIEVE_SHARED_MODELS) + "/stories260K.gguf";
+const std::string k_model = std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf";
 
 class ModelTest : public ::testing::Test {
 protected:
@@ -105,9 +105,9 @@ TEST_F(ModelTest, SequencesInOneBatchAreIndependent) {
     EXPECT_EQ(ws->output_token(1), static_cast<int64_t>(tok.size()) - 1);
     EXPECT_LT(max_abs_diff(ws->logits(), alone_b.data() + (b.size() - 1) * n_vocab_, n_vocab_), 1e-4f);
     EXPECT_LT(max_abs_diff(ws->logits() + n_vocab_, alone_a.data() + (a.size() - 1) * n_vocab_, n_vocab_), 1e-4f);
-    EXPECT_EQ(kv->n_tokens(0), static_cast<int64_t>(a.size()));
-    EXPECT_EQ(kv->n_tokens(1), 0);
-    EXPECT_EQ(kv->n_tokens(2), static_cast<int64_t>(b.size()));
+    EXPECT_EQ(kv->n_pos(0), static_cast<int64_t>(a.size()));
+    EXPECT_EQ(kv->n_pos(1), 0);
+    EXPECT_EQ(kv->n_pos(2), static_cast<int64_t>(b.size()));
 
     // A decode step for both at once continues each sequence on its own.
     std::vector<int32_t> t2 = {a[0], b[0]}, p2 = {static_cast<int32_t>(a.size()), static_cast<int32_t>(b.size())},
@@ -131,7 +131,7 @@ TEST_F(ModelTest, RewritingTheTailMatchesAFreshRun) {
     const auto other = random_tokens(1, 5);
     std::vector<int32_t> p7 = {7}, s0 = {0};
     ASSERT_TRUE(model_->forward(Batch{other.data(), p7.data(), s0.data(), 1, nullptr}, *kv, *ws, pool_).ok());
-    EXPECT_EQ(kv->n_tokens(0), 8);
+    EXPECT_EQ(kv->n_pos(0), 8);
     std::vector<int32_t> fresh(t.begin(), t.begin() + 7);
     fresh.push_back(other[0]);
     const auto want = run_alone(fresh, 8);
@@ -147,8 +147,8 @@ TEST_F(ModelTest, BadBatchesAreErrorsAndLeaveKvAlone) {
         Status st = model_->forward(b, *kv, *ws, pool_);
         ASSERT_FALSE(st.ok()) << needle;
         EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
-        EXPECT_EQ(kv->n_tokens(0), 0);
-        EXPECT_EQ(kv->n_tokens(1), 0);
+        EXPECT_EQ(kv->n_pos(0), 0);
+        EXPECT_EQ(kv->n_pos(1), 0);
     };
     const int32_t v = static_cast<int32_t>(n_vocab_);
     expect_error({3, v}, {0, 1}, {0, 0}, "out of the vocabulary");
@@ -165,7 +165,7 @@ TEST_F(ModelTest, BadBatchesAreErrorsAndLeaveKvAlone) {
     Status st = model_->forward(Batch{t5.data(), p5.data(), s5.data(), 5, nullptr}, *kv, *ws, pool_);
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.message().find("capacity is 8"), std::string::npos) << st.message();
-    EXPECT_EQ(kv->n_tokens(1), 4);
+    EXPECT_EQ(kv->n_pos(1), 4);
 }
 
 // Where the weights live (copied into the huge-page arena, left in the file
@@ -248,10 +248,10 @@ TEST(ContiguousKv, LanesAreDisjointAndSized) {
     EXPECT_TRUE(kv.reserve(1, 5).ok());
     Status st = kv.reserve(1, 6);
     EXPECT_FALSE(st.ok());
-    kv.set_n_tokens(2, 4);
-    EXPECT_EQ(kv.n_tokens(2), 4);
+    kv.set_n_pos(2, 4);
+    EXPECT_EQ(kv.n_pos(2), 4);
     kv.clear(2);
-    EXPECT_EQ(kv.n_tokens(2), 0);
+    EXPECT_EQ(kv.n_pos(2), 0);
 }
 
 TEST(ContiguousKv, ImpossibleSizesAreErrors) {

@@ -28,7 +28,7 @@ std::string smollm2_path() {
     return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-std::string stories_path() { return std::string(SIEVE_SHARED_MODELS) + "/stories260K.gguf"; }
+std::string stories_path() { return std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf"; }
 
 struct Loaded {
     std::unique_ptr<GgufFile> file;
@@ -54,7 +54,7 @@ Loaded load(const std::string &path, const char *hint) {
 }
 
 Loaded load_smollm2() { return load(smollm2_path(), "run scripts/fetch_model.sh to fetch the default model"); }
-Loaded load_stories() { return load(stories_path(), "stories260K.gguf belongs in shared/models beside the repo"); }
+Loaded load_stories() { return load(stories_path(), "stories260K.gguf is committed under tests/data/models"); }
 
 struct Golden {
     std::string text;

@@ -4,7 +4,7 @@
 // For each model x threads x depth x test:
 //   1. depth: the KV of slot 0 is filled with n_depth random tokens (prefill
 //      in batches of n_batch, not timed) once; every run rolls back to it
-//      with set_n_tokens, so repetitions see the same KV;
+//      with set_n_pos, so repetitions see the same KV;
 //   2. pp<P>: P random tokens prefilled in batches of up to n_batch, timed;
 //      tg<N>: N random tokens fed one per forward pass (no sampling), timed;
 //   3. a warm-up run first (tg: up to 16 tokens), then -r timed repetitions.
@@ -253,7 +253,7 @@ public:
             tokens_.resize(static_cast<size_t>(m));
             pos_.resize(static_cast<size_t>(m));
             seq_.assign(static_cast<size_t>(m), 0);
-            const int64_t p0 = kv_.n_tokens(0);
+            const int64_t p0 = kv_.n_pos(0);
             for (int64_t i = 0; i < m; ++i) {
                 tokens_[static_cast<size_t>(i)] = tok(rng_);
                 pos_[static_cast<size_t>(i)] = static_cast<int32_t>(p0 + i);
@@ -267,8 +267,8 @@ public:
 
     // Brings slot 0 to exactly `depth` rows of KV: rolls back, or fills.
     Status set_depth(int64_t depth) {
-        if (kv_.n_tokens(0) > depth) kv_.set_n_tokens(0, depth);
-        if (kv_.n_tokens(0) < depth) SIEVE_TRY(append(depth - kv_.n_tokens(0), n_batch_));
+        if (kv_.n_pos(0) > depth) kv_.set_n_pos(0, depth);
+        if (kv_.n_pos(0) < depth) SIEVE_TRY(append(depth - kv_.n_pos(0), n_batch_));
         return Status();
     }
 

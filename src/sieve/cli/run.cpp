@@ -65,7 +65,7 @@ public:
         seq_.assign(static_cast<size_t>(ws.max_tokens()), 0);
     }
 
-    int64_t n_past() const { return kv_.n_tokens(0); }
+    int64_t n_past() const { return kv_.n_pos(0); }
     const RunStats &stats() const { return stats_; }
 
     // Appends tokens to the KV in batches; the logits of the last one are

@@ -52,9 +52,6 @@ struct Engine::Impl {
     EngineOptions opt;  // with defaults resolved
     int32_t n_vocab = 0;
     int64_t kv_pages_total = 0;  // immutable after create: submit() checks against it
-    int64_t kv_page_bytes = 0;
-    int64_t kv_row_bytes = 0;
-    int64_t kv_lanes_per_seq = 0;
 
     // ---- engine thread only ----
     std::unique_ptr<VAttentionKv> kv;
@@ -80,9 +77,6 @@ struct Engine::Impl {
 
     std::thread thread;
 
-    int64_t pages_for_tokens(int64_t n) const {
-        return kv_lanes_per_seq * ((n * kv_row_bytes + kv_page_bytes - 1) / kv_page_bytes);
-    }
     Status validate(const GenRequest &req) const;
     void loop();
     void step();
@@ -122,10 +116,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     }
 
     const KvShape shape = model.kv_shape(o.max_seqs);
-    im.kv_page_bytes = o.kv_page_bytes;
-    im.kv_row_bytes = shape.head_dim * static_cast<int64_t>(sizeof(float));
-    im.kv_lanes_per_seq = shape.n_layer * shape.n_head_kv * 2;
-    if (o.kv_memory_bytes == 0) o.kv_memory_bytes = o.max_seqs * im.pages_for_tokens(o.max_ctx) * o.kv_page_bytes;
+    if (o.kv_memory_bytes == 0)
+        o.kv_memory_bytes =
+            o.max_seqs * VAttentionKv::seq_pages_for_rows(shape, o.kv_page_bytes, o.max_ctx) * o.kv_page_bytes;
 
     VAttentionKvOptions ko;
     ko.shape = shape;
@@ -137,17 +130,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     auto kv = VAttentionKv::create(ko);
     if (!kv.ok()) return kv.status().with_context("engine: creating the KV store");
     im.kv = std::move(kv.value());
-    SIEVE_CHECKF(im.kv->row_bytes() == im.kv_row_bytes && im.kv->page_bytes() == im.kv_page_bytes,
-                 "KV store rows %lld B, pages %lld B; engine expected %lld B, %lld B",
-                 static_cast<long long>(im.kv->row_bytes()), static_cast<long long>(im.kv->page_bytes()),
-                 static_cast<long long>(im.kv_row_bytes), static_cast<long long>(im.kv_page_bytes));
-    im.kv_pages_total = im.kv->pool().n_pages();
-    if (im.kv_pages_total < im.pages_for_tokens(1)) {
+    im.kv_pages_total = im.kv->n_total_pages();
+    if (im.kv_pages_total < im.kv->seq_pages_for_rows(1)) {
         return Status::errorf("engine: KV memory of %lld bytes holds %lld pages of %lld bytes; one token of one "
                               "sequence needs %lld (a page per layer, KV head and K/V) — raise --kv-memory",
                               static_cast<long long>(o.kv_memory_bytes), static_cast<long long>(im.kv_pages_total),
                               static_cast<long long>(o.kv_page_bytes),
-                              static_cast<long long>(im.pages_for_tokens(1)));
+                              static_cast<long long>(im.kv->seq_pages_for_rows(1)));
     }
     im.ws = model.make_workspace(o.max_batch_tokens, o.max_seqs);
     im.pool = std::make_unique<ThreadPool>(o.n_threads);
@@ -172,7 +161,8 @@ Status Engine::Impl::validate(const GenRequest &req) const {
                               static_cast<long long>(n_prompt), static_cast<long long>(req.max_tokens),
                               static_cast<long long>(opt.max_ctx));
     }
-    const int64_t pages = pages_for_tokens(n_prompt + req.max_tokens);
+    const int64_t pages = VAttentionKv::seq_pages_for_rows(model.kv_shape(opt.max_seqs), opt.kv_page_bytes,
+                                                           n_prompt + req.max_tokens);
     if (pages > kv_pages_total) {
         return Status::errorf("prompt (%lld tokens) + max_tokens (%lld) needs %lld KV pages, the whole KV pool has "
                               "%lld; lower max_tokens or raise --kv-memory",

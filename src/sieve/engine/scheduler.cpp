@@ -6,40 +6,28 @@
 
 namespace sieve {
 
-Scheduler::Scheduler(VAttentionKv &kv, int max_seqs, int64_t max_batch_tokens)
+Scheduler::Scheduler(KvSpace &kv, int max_seqs, int64_t max_batch_tokens)
     : kv_(kv), max_batch_tokens_(max_batch_tokens) {
-    const KvShape &sh = kv.shape();
-    lanes_per_seq_ = sh.n_layer * sh.n_head_kv * 2;
     // Lowest slot first (popped from the back).
     for (int i = max_seqs - 1; i >= 0; --i) free_slots_.push_back(i);
 }
 
-int64_t Scheduler::pages_for_tokens(int64_t n_tokens) const {
-    const int64_t pb = kv_.page_bytes();
-    return lanes_per_seq_ * ((n_tokens * kv_.row_bytes() + pb - 1) / pb);
-}
-
-int64_t Scheduler::pages_held(const Sequence &s) const {
-    if (s.slot < 0) return 0;
-    // Every lane of a slot holds the same pages; lane (0, 0) is K + V.
-    return lanes_per_seq_ * (kv_.lane_mapped_bytes(s.slot, 0, 0) / (2 * kv_.page_bytes()));
-}
-
-int64_t Scheduler::pages_missing(const Sequence &s, int64_t n_tokens) const {
-    return std::max<int64_t>(0, pages_for_tokens(n_tokens) - pages_held(s));
+int64_t Scheduler::pages_missing(const Sequence &s, int64_t n_pos) const {
+    if (s.slot < 0) return kv_.seq_pages_for_rows(n_pos);
+    return kv_.pages_to_reserve(s.slot, n_pos);
 }
 
 void Scheduler::admit() {
     // Pages not yet promised: running prefills will still map theirs.
-    int64_t avail = kv_.pool().n_free();
+    int64_t avail = kv_.n_free_pages();
     for (const SequencePtr &r : running_) avail -= pages_missing(*r, r->n_total());
     while (!waiting_.empty() && !free_slots_.empty()) {
         Sequence &s = *waiting_.front();
-        const int64_t need = pages_for_tokens(s.n_total());
+        const int64_t need = kv_.seq_pages_for_rows(s.n_total());
         // One page per lane spare so running decodes can grow a little before
         // the newcomer forces a preemption. Alone, a sequence always fits:
         // submit() rejects prompt + max_tokens beyond the pool.
-        const int64_t spare = lanes_per_seq_;
+        const int64_t spare = kv_.seq_pages_for_rows(1);
         if (!running_.empty() && need + spare > avail) break;
         avail -= need;
         s.slot = free_slots_.back();
@@ -70,14 +58,14 @@ void Scheduler::preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget)
 
 bool Scheduler::place(Sequence *s, int64_t n, std::vector<ScheduledSeq> *plan, int64_t *budget,
                       std::vector<FailedSeq> *failed) {
-    const int64_t n_rows = s->n_computed + n;
+    const int64_t n_pos = s->n_computed + n;
     for (;;) {
-        const int64_t need = pages_missing(*s, n_rows);
+        const int64_t need = pages_missing(*s, n_pos);
         std::string why;
-        if (need <= kv_.pool().n_free()) {
-            Status st = kv_.reserve(s->slot, n_rows);
+        if (need <= kv_.n_free_pages()) {
+            Status st = kv_.reserve(s->slot, n_pos);
             if (st.ok()) {
-                plan->push_back({s, n, n_rows == s->n_total()});
+                plan->push_back({s, n, n_pos == s->n_total()});
                 *budget -= n;
                 return true;
             }
@@ -85,10 +73,10 @@ bool Scheduler::place(Sequence *s, int64_t n, std::vector<ScheduledSeq> *plan, i
             SIEVE_LOG_WARN("engine: KV reserve for request %llu failed: %s", static_cast<unsigned long long>(s->id),
                            why.c_str());
         } else {
-            why = strfmt("KV pool exhausted: request %llu needs %lld more pages for %lld tokens, %lld of %lld free",
+            why = strfmt("KV pool exhausted: request %llu needs %lld more pages to reach position %lld, %lld of %lld free",
                          static_cast<unsigned long long>(s->id), static_cast<long long>(need),
-                         static_cast<long long>(n_rows), static_cast<long long>(kv_.pool().n_free()),
-                         static_cast<long long>(kv_.pool().n_pages()));
+                         static_cast<long long>(n_pos), static_cast<long long>(kv_.n_free_pages()),
+                         static_cast<long long>(kv_.n_total_pages()));
         }
         if (running_.size() == 1) {
             // Nothing left to preempt: this sequence cannot run even alone.
@@ -121,7 +109,7 @@ std::vector<ScheduledSeq> Scheduler::schedule(std::vector<FailedSeq> *failed) {
 
 int64_t Scheduler::map_ahead(int64_t lookahead) {
     // Pages no running sequence is still owed (as in admit()).
-    int64_t avail = kv_.pool().n_free();
+    int64_t avail = kv_.n_free_pages();
     for (const SequencePtr &r : running_) avail -= pages_missing(*r, r->n_total());
     int64_t mapped = 0;
     for (const SequencePtr &r : running_) {

@@ -3,13 +3,14 @@
 // min(n_uncomputed, budget left) tokens, decode tokens first, then prefill
 // chunks, up to max_batch_tokens.
 //
-// KV memory is counted in pool pages. Lanes are dense and all lanes of a slot
-// hold the same rows, so a sequence of n tokens holds
-//     lanes_per_seq * ceil(n * row_bytes / page_bytes)  pages
-// (the store is created without map-ahead headroom, so that is exact).
+// KV memory is counted in pool pages, but the scheduler never computes a
+// page itself: it asks the store (KvSpace) what a reservation would cost and
+// what a slot holds, so lanes of different lengths (sparse policies) are
+// counted as what they really hold. The store is created without map-ahead
+// headroom, so its answers are exact.
 //
-// The scheduler never lets VAttentionKv::reserve() run the pool dry: it
-// checks a reservation fits in the free pages before making it. The store's
+// The scheduler never lets the store's reserve() run the pool dry: it checks
+// a reservation fits in the free pages before making it. The store's
 // on-demand reclamation would otherwise take pages that an earlier reserve()
 // of this same step mapped for another slot but the forward pass has not
 // written yet (reclaim counts a lane's written rows, not its reservation).
@@ -19,9 +20,9 @@
 // Map-ahead (vAttention's "off the critical path"): after each step the
 // engine calls map_ahead(), which reserves pages for the next few decode
 // tokens of every decoding sequence, out of pages nobody else was promised.
-// The reservation is real (held pages, counted by pages_held), so the
-// accounting above stays exact, and a decode step's own reserve() finds its
-// rows mapped: page-boundary mmaps happen between steps, not inside them.
+// The reservation is real (held pages), so the accounting above stays exact,
+// and a decode step's own reserve() finds its rows mapped: page-boundary
+// mmaps happen between steps, not inside them.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,7 @@
 #include <vector>
 
 #include "sieve/engine/sequence.h"
-#include "sieve/kv/vattention_kv.h"
+#include "sieve/kv/kv_space.h"
 
 namespace sieve {
 
@@ -47,10 +48,7 @@ struct FailedSeq {
 
 class Scheduler {
 public:
-    Scheduler(VAttentionKv &kv, int max_seqs, int64_t max_batch_tokens);
-
-    // Pages a sequence of n_tokens holds in the store.
-    int64_t pages_for_tokens(int64_t n_tokens) const;
+    Scheduler(KvSpace &kv, int max_seqs, int64_t max_batch_tokens);
 
     void add_waiting(SequencePtr s) { waiting_.push_back(std::move(s)); }
 
@@ -80,13 +78,12 @@ public:
     const std::vector<SequencePtr> &running() const { return running_; }
     const std::deque<SequencePtr> &waiting() const { return waiting_; }
     int64_t n_preemptions() const { return n_preemptions_; }
-    int64_t pages_used() const { return kv_.pool().n_used(); }
-    int64_t pages_total() const { return kv_.pool().n_pages(); }
+    int64_t pages_used() const { return kv_.n_total_pages() - kv_.n_free_pages(); }
+    int64_t pages_total() const { return kv_.n_total_pages(); }
 
 private:
-    int64_t pages_held(const Sequence &s) const;
-    // Pages the store must still map for s to hold n_tokens.
-    int64_t pages_missing(const Sequence &s, int64_t n_tokens) const;
+    // Pages the store must still map for s to reach position n_pos.
+    int64_t pages_missing(const Sequence &s, int64_t n_pos) const;
     void admit();
     void preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget);
     // Plans n tokens for s; preempts while the pool is short. False when s
@@ -94,9 +91,8 @@ private:
     bool place(Sequence *s, int64_t n, std::vector<ScheduledSeq> *plan, int64_t *budget,
                std::vector<FailedSeq> *failed);
 
-    VAttentionKv &kv_;
+    KvSpace &kv_;
     int64_t max_batch_tokens_;
-    int64_t lanes_per_seq_;
     std::deque<SequencePtr> waiting_;
     std::vector<SequencePtr> running_;  // admission order: newest last
     std::vector<int> free_slots_;

@@ -69,13 +69,13 @@ int64_t PagedKv::capacity(int seq) const {
     return std::min(max_ctx_, static_cast<int64_t>(tables_[static_cast<size_t>(seq)].size()) * block_size_);
 }
 
-int64_t PagedKv::n_tokens(int seq) const {
+int64_t PagedKv::n_pos(int seq) const {
     check_slot(seq);
     return n_tokens_[static_cast<size_t>(seq)];
 }
 
-void PagedKv::set_n_tokens(int seq, int64_t n) {
-    SIEVE_CHECKF(n >= 0 && n <= capacity(seq), "set_n_tokens(%d, %lld): capacity %lld", seq,
+void PagedKv::set_n_pos(int seq, int64_t n) {
+    SIEVE_CHECKF(n >= 0 && n <= capacity(seq), "set_n_pos(%d, %lld): capacity %lld", seq,
                  static_cast<long long>(n), static_cast<long long>(capacity(seq)));
     n_tokens_[static_cast<size_t>(seq)] = n;
 }

@@ -7,7 +7,7 @@
 //   storage, per layer and K|V:  [n_blocks, n_head_kv, block_size, head_dim] f32
 //   token t of (seq, layer, head) = blocks[table(seq)[t / block_size]][head][t % block_size]
 //
-// It follows the KvCache step contract (reserve, write, set_n_tokens, clear)
+// It follows the KvCache step contract (reserve, write, set_n_pos, clear)
 // but cannot hand out lane pointers, so it does not derive from KvCache.
 // clear() frees the slot's blocks at once.
 #pragma once
@@ -38,8 +38,8 @@ public:
     // allocated) when the pool or max_ctx is too small.
     Status reserve(int seq, int64_t n_tokens);
     int64_t capacity(int seq) const;
-    int64_t n_tokens(int seq) const;
-    void set_n_tokens(int seq, int64_t n);  // precondition: n <= capacity(seq)
+    int64_t n_pos(int seq) const;
+    void set_n_pos(int seq, int64_t n);  // precondition: n <= capacity(seq)
     void clear(int seq);                    // frees the slot's blocks
 
     const int32_t *block_table(int seq) const;

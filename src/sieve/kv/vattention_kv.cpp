@@ -69,7 +69,8 @@ Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOpt
                                          static_cast<uintptr_t>(pb));
     kv->scratch_ = kv->base_ + total;
     kv->lanes_.resize(static_cast<size_t>(n_lanes));
-    kv->n_tokens_.assign(static_cast<size_t>(s.n_seq), 0);
+    if (opt.with_positions) kv->positions_.resize(static_cast<size_t>(n_lanes / 2));
+    kv->n_pos_.assign(static_cast<size_t>(s.n_seq), 0);
     kv->reserved_to_.assign(static_cast<size_t>(s.n_seq), 0);
     return kv;
 }
@@ -98,6 +99,11 @@ int64_t VAttentionKv::pages_for_rows(int64_t rows) const {
     return (rows * row_bytes_ + pb - 1) / pb;
 }
 
+int64_t VAttentionKv::seq_pages_for_rows(const KvShape &shape, int64_t page_bytes, int64_t n_rows) {
+    const int64_t row_bytes = shape.head_dim * static_cast<int64_t>(sizeof(float));
+    return shape.n_layer * shape.n_head_kv * 2 * ((n_rows * row_bytes + page_bytes - 1) / page_bytes);
+}
+
 int64_t VAttentionKv::rows_in_pages(int64_t n_pages) const {
     return std::min(max_ctx_, n_pages * pool_->page_bytes() / row_bytes_);
 }
@@ -119,7 +125,7 @@ int64_t VAttentionKv::reclaim(int64_t want, int except_seq) {
     const int64_t n0 = stats_.n_pages_unmapped;
     for (int pass = 0; pass < 2 && pool_->n_free() < want; ++pass) {
         for (int seq = 0; seq < shape_.n_seq && pool_->n_free() < want; ++seq) {
-            const bool idle = n_tokens_[static_cast<size_t>(seq)] == 0 && reserved_to_[static_cast<size_t>(seq)] == 0;
+            const bool idle = n_pos_[static_cast<size_t>(seq)] == 0 && reserved_to_[static_cast<size_t>(seq)] == 0;
             if (seq == except_seq || (pass == 0 && !idle)) continue;
             for (int64_t i = 0; i < lanes_per_seq && pool_->n_free() < want; ++i) {
                 const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
@@ -134,7 +140,7 @@ int64_t VAttentionKv::reclaim(int64_t want, int except_seq) {
 
 int64_t VAttentionKv::protected_rows(int seq, size_t lane) const {
     const size_t s = static_cast<size_t>(seq);
-    return lanes_[lane].rows + std::max<int64_t>(0, reserved_to_[s] - n_tokens_[s]);
+    return lanes_[lane].rows + std::max<int64_t>(0, reserved_to_[s] - n_pos_[s]);
 }
 
 // Maps lane pages [j0, j0 + n) (already in lane.pages) into the lane's range.
@@ -182,7 +188,7 @@ Status VAttentionKv::grow_lane(size_t lane, int64_t need, int64_t target, int ex
     Lane &ln = lanes_[lane];
     const int64_t have = static_cast<int64_t>(ln.pages.size());
     if (need <= have) return Status();
-    target = std::min(std::max(need, target), span_ / pool_->page_bytes());
+    target = std::min(std::max(need, target), pages_for_rows(lane_max_rows(ln)));
     for (int64_t j = have; j < target; ++j) {
         auto p = alloc_page(except_seq);
         if (!p.ok()) {
@@ -263,20 +269,26 @@ Status VAttentionKv::unshare_rows(size_t lane, int64_t row_begin, int64_t row_en
 // KvCache
 // ---------------------------------------------------------------------------
 
-Status VAttentionKv::reserve(int seq, int64_t n_tokens) {
+Status VAttentionKv::reserve(int seq, int64_t n_pos) {
     check_slot(seq);
-    SIEVE_CHECKF(n_tokens >= 0, "reserve(%d, %lld)", seq, static_cast<long long>(n_tokens));
-    if (n_tokens > max_ctx_) {
-        return Status::errorf("KV lanes: sequence slot %d needs %lld tokens, a lane holds at most %lld; shorten the "
-                              "prompt or raise the context size",
-                              seq, static_cast<long long>(n_tokens), static_cast<long long>(max_ctx_));
-    }
-    const int64_t delta = n_tokens - n_tokens_[static_cast<size_t>(seq)];
+    SIEVE_CHECKF(n_pos >= 0, "reserve(%d, %lld)", seq, static_cast<long long>(n_pos));
+    const int64_t delta = n_pos - n_pos_[static_cast<size_t>(seq)];
     if (delta <= 0) return Status();
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
+        if (ln.rows + delta > lane_max_rows(ln)) {
+            const int64_t head = i / 2 % shape_.n_head_kv, layer = i / 2 / shape_.n_head_kv;
+            return Status::errorf("KV lanes: lane (slot %d, layer %lld, kv head %lld) needs %lld rows (position "
+                                  "%lld), it holds at most %lld%s; shorten the prompt or raise the context size",
+                                  seq, static_cast<long long>(layer), static_cast<long long>(head),
+                                  static_cast<long long>(ln.rows + delta), static_cast<long long>(n_pos),
+                                  static_cast<long long>(lane_max_rows(ln)), ln.cap > 0 ? " (its row cap)" : "");
+        }
+    }
     int64_t &reserved_to = reserved_to_[static_cast<size_t>(seq)];
     const int64_t reserved_before = reserved_to;
-    reserved_to = std::max(reserved_to, n_tokens);
-    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    reserved_to = std::max(reserved_to, n_pos);
     // Headroom only when the free pages cover every lane's need plus its
     // headroom: otherwise early lanes' headroom would starve later lanes' need.
     int64_t total_need = 0;
@@ -296,7 +308,40 @@ Status VAttentionKv::reserve(int seq, int64_t n_tokens) {
             return st;
         }
     }
+    grow_positions(seq, delta);
     return Status();
+}
+
+void VAttentionKv::grow_positions(int seq, int64_t delta) {
+    if (positions_.empty()) return;
+    const size_t n = static_cast<size_t>(shape_.n_layer * shape_.n_head_kv);
+    for (size_t i = 0; i < n; ++i) {
+        std::vector<int32_t> &p = positions_[static_cast<size_t>(seq) * n + i];
+        const size_t want = static_cast<size_t>(lanes_[(static_cast<size_t>(seq) * n + i) * 2].rows + delta);
+        if (p.size() < want) p.resize(want);
+    }
+}
+
+int64_t VAttentionKv::pages_to_reserve(int seq, int64_t n_pos) const {
+    check_slot(seq);
+    const int64_t delta = n_pos - n_pos_[static_cast<size_t>(seq)];
+    if (delta <= 0) return 0;
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    int64_t need = 0;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
+        need += std::max<int64_t>(0, pages_for_rows(ln.rows + delta) - static_cast<int64_t>(ln.pages.size()));
+    }
+    return need;
+}
+
+int64_t VAttentionKv::seq_mapped_pages(int seq) const {
+    check_slot(seq);
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    int64_t n = 0;
+    for (int64_t i = 0; i < lanes_per_seq; ++i)
+        n += static_cast<int64_t>(lanes_[static_cast<size_t>(seq * lanes_per_seq + i)].pages.size());
+    return n;
 }
 
 int64_t VAttentionKv::capacity(int seq) const {
@@ -305,9 +350,9 @@ int64_t VAttentionKv::capacity(int seq) const {
     int64_t room = max_ctx_;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
-        room = std::min(room, rows_in_pages(static_cast<int64_t>(ln.pages.size())) - ln.rows);
+        room = std::min(room, std::min(rows_in_pages(static_cast<int64_t>(ln.pages.size())), lane_max_rows(ln)) - ln.rows);
     }
-    return n_tokens_[static_cast<size_t>(seq)] + room;
+    return n_pos_[static_cast<size_t>(seq)] + room;
 }
 
 float *VAttentionKv::k_lane(int seq, int64_t layer, int64_t kv_head) {
@@ -318,31 +363,37 @@ float *VAttentionKv::v_lane(int seq, int64_t layer, int64_t kv_head) {
     return reinterpret_cast<float *>(lane_addr(lane_index(seq, layer, kv_head, 1)));
 }
 
-int64_t VAttentionKv::n_tokens(int seq) const {
-    check_slot(seq);
-    return n_tokens_[static_cast<size_t>(seq)];
+int32_t *VAttentionKv::positions(int seq, int64_t layer, int64_t kv_head) {
+    const size_t l = lane_index(seq, layer, kv_head, 0) / 2;
+    return positions_.empty() ? nullptr : positions_[l].data();
 }
 
-void VAttentionKv::set_n_tokens(int seq, int64_t n) {
-    SIEVE_CHECKF(n >= 0 && n <= capacity(seq), "set_n_tokens(%d, %lld): capacity %lld", seq,
+int64_t VAttentionKv::n_pos(int seq) const {
+    check_slot(seq);
+    return n_pos_[static_cast<size_t>(seq)];
+}
+
+void VAttentionKv::set_n_pos(int seq, int64_t n) {
+    SIEVE_CHECKF(n >= 0 && n <= capacity(seq), "set_n_pos(%d, %lld): capacity %lld", seq,
                  static_cast<long long>(n), static_cast<long long>(capacity(seq)));
-    const int64_t delta = n - n_tokens_[static_cast<size_t>(seq)];
+    const int64_t delta = n - n_pos_[static_cast<size_t>(seq)];
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
         ln.rows = std::max<int64_t>(0, ln.rows + delta);  // a compacted lane rolls back to empty at most
     }
-    n_tokens_[static_cast<size_t>(seq)] = n;
+    n_pos_[static_cast<size_t>(seq)] = n;
 }
 
 void VAttentionKv::clear(int seq) {
     check_slot(seq);
-    n_tokens_[static_cast<size_t>(seq)] = 0;
+    n_pos_[static_cast<size_t>(seq)] = 0;
     reserved_to_[static_cast<size_t>(seq)] = 0;
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
         lanes_[l].rows = 0;
+        lanes_[l].cap = 0;
         // A cached page that another slot also maps would be copied at the next
         // write anyway; giving the reference back now frees it sooner.
         const bool shared = std::any_of(lanes_[l].pages.begin(), lanes_[l].pages.end(),
@@ -355,14 +406,14 @@ void VAttentionKv::clear(int seq) {
 // Per lane
 // ---------------------------------------------------------------------------
 
-int64_t VAttentionKv::lane_n_tokens(int seq, int64_t layer, int64_t kv_head) const {
+int64_t VAttentionKv::n_rows(int seq, int64_t layer, int64_t kv_head) const {
     return lanes_[lane_index(seq, layer, kv_head, 0)].rows;
 }
 
 int64_t VAttentionKv::lane_capacity(int seq, int64_t layer, int64_t kv_head) const {
     const size_t lk = lane_index(seq, layer, kv_head, 0);
-    return std::min(rows_in_pages(static_cast<int64_t>(lanes_[lk].pages.size())),
-                    rows_in_pages(static_cast<int64_t>(lanes_[lk + 1].pages.size())));
+    return std::min({rows_in_pages(static_cast<int64_t>(lanes_[lk].pages.size())),
+                     rows_in_pages(static_cast<int64_t>(lanes_[lk + 1].pages.size())), lane_max_rows(lanes_[lk])});
 }
 
 Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows) {
@@ -374,6 +425,11 @@ Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64
                               seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
                               static_cast<long long>(n_rows), static_cast<long long>(max_ctx_));
     }
+    if (n_rows > lane_max_rows(lanes_[lk])) {
+        return Status::errorf("KV lanes: lane (slot %d, layer %lld, kv head %lld) needs %lld rows, its cap is %lld",
+                              seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
+                              static_cast<long long>(n_rows), static_cast<long long>(lane_max_rows(lanes_[lk])));
+    }
     for (size_t l = lk; l < lk + 2; ++l) {
         const int64_t rows = lanes_[l].rows;
         if (n_rows <= rows) continue;
@@ -381,12 +437,31 @@ Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64
         SIEVE_TRY(grow_lane(l, need, need + headroom_, seq, true));
         SIEVE_TRY(unshare_rows(l, rows, n_rows, seq));
     }
+    if (!positions_.empty() && positions_[lk / 2].size() < static_cast<size_t>(n_rows))
+        positions_[lk / 2].resize(static_cast<size_t>(n_rows));
     return Status();
 }
 
-void VAttentionKv::set_lane_n_tokens(int seq, int64_t layer, int64_t kv_head, int64_t n) {
+void VAttentionKv::set_lane_cap(int seq, int64_t layer, int64_t kv_head, int64_t cap) {
     const size_t lk = lane_index(seq, layer, kv_head, 0);
-    SIEVE_CHECKF(n >= 0 && n <= lane_capacity(seq, layer, kv_head), "set_lane_n_tokens(%d, %lld, %lld, %lld): "
+    SIEVE_CHECKF(cap >= 0 && (cap == 0 || cap >= lanes_[lk].rows), "set_lane_cap(%d, %lld, %lld, %lld): lane holds "
+                 "%lld rows", seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
+                 static_cast<long long>(cap), static_cast<long long>(lanes_[lk].rows));
+    for (size_t l = lk; l < lk + 2; ++l) {
+        lanes_[l].cap = cap;
+        shrink_lane(l, std::max(pages_for_rows(protected_rows(seq, l)),
+                                std::min<int64_t>(static_cast<int64_t>(lanes_[l].pages.size()),
+                                                  pages_for_rows(lane_max_rows(lanes_[l])))));
+    }
+}
+
+int64_t VAttentionKv::lane_cap(int seq, int64_t layer, int64_t kv_head) const {
+    return lanes_[lane_index(seq, layer, kv_head, 0)].cap;
+}
+
+void VAttentionKv::set_lane_rows(int seq, int64_t layer, int64_t kv_head, int64_t n) {
+    const size_t lk = lane_index(seq, layer, kv_head, 0);
+    SIEVE_CHECKF(n >= 0 && n <= lane_capacity(seq, layer, kv_head), "set_lane_rows(%d, %lld, %lld, %lld): "
                  "capacity %lld", seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
                  static_cast<long long>(n), static_cast<long long>(lane_capacity(seq, layer, kv_head)));
     lanes_[lk].rows = lanes_[lk + 1].rows = n;
@@ -394,20 +469,7 @@ void VAttentionKv::set_lane_n_tokens(int seq, int64_t layer, int64_t kv_head, in
 
 Status VAttentionKv::compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep) {
     const size_t lk = lane_index(seq, layer, kv_head, 0);
-    const int64_t rows = lanes_[lk].rows;
-    if (n_keep < 0 || n_keep > rows || (n_keep > 0 && !keep_rows)) {
-        return Status::errorf("KV compact (slot %d, layer %lld, kv head %lld): keeping %lld of %lld rows", seq,
-                              static_cast<long long>(layer), static_cast<long long>(kv_head),
-                              static_cast<long long>(n_keep), static_cast<long long>(rows));
-    }
-    for (int64_t i = 0; i < n_keep; ++i) {
-        if (keep_rows[i] < 0 || keep_rows[i] >= rows || (i > 0 && keep_rows[i] <= keep_rows[i - 1])) {
-            return Status::errorf("KV compact (slot %d, layer %lld, kv head %lld): keep_rows[%lld] = %d; expected "
-                                  "strictly increasing rows in [0, %lld)",
-                                  seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
-                                  static_cast<long long>(i), keep_rows[i], static_cast<long long>(rows));
-        }
-    }
+    SIEVE_TRY(kv_check_keep_list(seq, layer, kv_head, lanes_[lk].rows, keep_rows, n_keep));
     int64_t i0 = 0;  // rows before i0 stay where they are
     while (i0 < n_keep && keep_rows[i0] == i0) ++i0;
     // Copy shared pages first (both lanes) so a failure leaves the rows untouched.
@@ -421,6 +483,10 @@ Status VAttentionKv::compact(int seq, int64_t layer, int64_t kv_head, const int3
         lanes_[l].rows = n_keep;
         shrink_lane(l, pages_for_rows(n_keep));
     }
+    if (!positions_.empty()) {
+        int32_t *pos = positions_[lk / 2].data();
+        for (int64_t i = i0; i < n_keep; ++i) pos[i] = pos[keep_rows[i]];
+    }
     return Status();
 }
 
@@ -428,23 +494,23 @@ Status VAttentionKv::compact(int seq, int64_t layer, int64_t kv_head, const int3
 // Sharing
 // ---------------------------------------------------------------------------
 
-Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_tokens) {
+Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_rows) {
     check_slot(dst_seq);
     check_slot(src_seq);
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     const size_t d0 = static_cast<size_t>(dst_seq * lanes_per_seq), s0 = static_cast<size_t>(src_seq * lanes_per_seq);
-    bool dst_empty = n_tokens_[static_cast<size_t>(dst_seq)] == 0;
+    bool dst_empty = n_pos_[static_cast<size_t>(dst_seq)] == 0;
     int64_t src_rows = max_ctx_;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         dst_empty = dst_empty && lanes_[d0 + static_cast<size_t>(i)].rows == 0;
         src_rows = std::min(src_rows, lanes_[s0 + static_cast<size_t>(i)].rows);
     }
-    if (dst_seq == src_seq || !dst_empty || n_tokens < 0 || n_tokens > src_rows) {
-        return Status::errorf("KV share_prefix(dst %d, src %d, %lld tokens): needs two different slots, an empty "
-                              "dst and n_tokens <= %lld rows held by every src lane",
-                              dst_seq, src_seq, static_cast<long long>(n_tokens), static_cast<long long>(src_rows));
+    if (dst_seq == src_seq || !dst_empty || n_rows < 0 || n_rows > src_rows) {
+        return Status::errorf("KV share_prefix(dst %d, src %d, %lld rows): needs two different slots, an empty "
+                              "dst and n_rows <= %lld rows held by every src lane",
+                              dst_seq, src_seq, static_cast<long long>(n_rows), static_cast<long long>(src_rows));
     }
-    const int64_t k = pages_for_rows(n_tokens);
+    const int64_t k = pages_for_rows(n_rows);
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t ld = d0 + static_cast<size_t>(i), ls = s0 + static_cast<size_t>(i);
         Lane &dst = lanes_[ld];
@@ -465,9 +531,13 @@ Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_tokens) {
             release(dst_seq);
             return st;
         }
-        dst.rows = n_tokens;
+        dst.rows = n_rows;
+        if (!positions_.empty() && i % 2 == 0) {
+            const std::vector<int32_t> &sp = positions_[ls / 2];
+            positions_[ld / 2].assign(sp.begin(), sp.begin() + n_rows);
+        }
     }
-    n_tokens_[static_cast<size_t>(dst_seq)] = n_tokens;
+    n_pos_[static_cast<size_t>(dst_seq)] = n_rows;
     return Status();
 }
 
@@ -487,15 +557,16 @@ Status VAttentionKv::prepare_write(int seq, int64_t from_row) {
 
 Status VAttentionKv::map_ahead(int seq) {
     check_slot(seq);
-    if (n_tokens_[static_cast<size_t>(seq)] == 0) return Status();  // idle: nothing is growing
+    if (n_pos_[static_cast<size_t>(seq)] == 0) return Status();  // idle: nothing is growing
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
         // The next row's page plus headroom. Headroom must not take running
         // slots' pages: never reclaim here.
         const int64_t have = static_cast<int64_t>(lanes_[l].pages.size());
-        const int64_t want = std::min(pages_for_rows(std::min(max_ctx_, lanes_[l].rows + 1)) + headroom_,
-                                      have + pool_->n_free());
+        const int64_t limit = pages_for_rows(lane_max_rows(lanes_[l]));
+        const int64_t want = std::min({pages_for_rows(std::min(lane_max_rows(lanes_[l]), lanes_[l].rows + 1)) + headroom_,
+                                       have + pool_->n_free(), limit});
         SIEVE_TRY(grow_lane(l, want, want, -2, false));
     }
     return Status();
@@ -561,9 +632,9 @@ Status VAttentionKv::check_accounting() const {
                                   pool_->refcount(p));
     }
     for (int seq = 0; seq < shape_.n_seq; ++seq) {
-        if (n_tokens_[static_cast<size_t>(seq)] > capacity(seq))
-            return Status::errorf("KV slot %d: n_tokens %lld > capacity %lld", seq,
-                                  static_cast<long long>(n_tokens_[static_cast<size_t>(seq)]),
+        if (n_pos_[static_cast<size_t>(seq)] > capacity(seq))
+            return Status::errorf("KV slot %d: n_pos %lld > capacity %lld", seq,
+                                  static_cast<long long>(n_pos_[static_cast<size_t>(seq)]),
                                   static_cast<long long>(capacity(seq)));
     }
     return Status();

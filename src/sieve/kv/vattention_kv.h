@@ -24,19 +24,26 @@
 //     copies a shared page first (copy on write), so a write through one lane
 //     never shows in another;
 //   * per-lane rows: compact() packs kept rows to the front and unmaps the
-//     freed tail, so lanes of one slot hold different row counts. The slot's
-//     n_tokens() stays the next position; set_n_tokens(seq, n) moves every
-//     lane's row count by the same delta (for dense lanes: to n).
+//     freed tail at once, so lanes of one slot hold different row counts and
+//     what a policy drops goes straight back to the pool. The slot's n_pos()
+//     stays the next position; set_n_pos(seq, n) moves every lane's row count
+//     by the same delta (for dense lanes: to n);
+//   * row caps: a lane with a cap (set_lane_cap) never maps pages for rows
+//     past it, not even as map-ahead headroom (a budgeted lane never grows);
+//   * page accounting: pages_to_reserve() answers how many pool pages a
+//     reservation needs, so the scheduler never repeats the page formula.
 //
 // Not thread-safe: one thread (the engine's) calls it; kernels only read and
 // write rows through the lane pointers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "sieve/kv/kv_cache.h"
+#include "sieve/kv/kv_space.h"
 #include "sieve/kv/page_pool.h"
 
 namespace sieve {
@@ -46,6 +53,7 @@ struct VAttentionKvOptions {
     int64_t max_ctx = 0;          // rows a lane can ever hold (sizes its virtual range)
     PagePoolOptions pool;
     int64_t headroom_pages = 1;   // extra pages mapped ahead of a growing lane
+    bool with_positions = false;  // keep an int32 position per row (moved by compact)
 };
 
 // Counters of mapping work, for measuring what lands inside a step.
@@ -61,7 +69,7 @@ struct KvMapStats {
     int64_t map_us_reserve = 0;       // ... inside reserve()/reserve_lane()
 };
 
-class VAttentionKv final : public KvCache {
+class VAttentionKv final : public KvCache, public KvSpace {
 public:
     static Result<std::unique_ptr<VAttentionKv>> create(const VAttentionKvOptions &opt);
     ~VAttentionKv() override;
@@ -70,37 +78,42 @@ public:
 
     // ---- KvCache ----
     const KvShape &shape() const override { return shape_; }
-    // Maps pages so every lane can take (n_tokens - n_tokens(seq)) more rows and
-    // un-shares pages those rows touch. Rewriting rows below n_tokens(seq)
-    // needs set_n_tokens() (rollback) or prepare_write() first.
-    Status reserve(int seq, int64_t n_tokens) override;
+    // Maps pages so every lane can take (n_pos - n_pos(seq)) more rows and
+    // un-shares pages those rows touch. Rewriting rows below a lane's n_rows
+    // needs set_n_pos() (rollback) or prepare_write() first.
+    Status reserve(int seq, int64_t n_pos) override;
     int64_t capacity(int seq) const override;
     float *k_lane(int seq, int64_t layer, int64_t kv_head) override;
     float *v_lane(int seq, int64_t layer, int64_t kv_head) override;
-    int64_t n_tokens(int seq) const override;
-    void set_n_tokens(int seq, int64_t n) override;
+    int32_t *positions(int seq, int64_t layer, int64_t kv_head) override;
+    int64_t n_pos(int seq) const override;
+    int64_t n_rows(int seq, int64_t layer, int64_t kv_head) const override;
+    void set_n_pos(int seq, int64_t n) override;
     // Forgets the slot; keeps its private pages mapped for the next sequence
     // in the slot (shared lanes are released at once).
     void clear(int seq) override;
 
+    // Unmaps the pages past the last kept row at once (the pool sees them free).
+    Status compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep) override;
+
     // ---- per lane: (seq, layer, kv head) = its K lane and V lane ----
-    int64_t lane_n_tokens(int seq, int64_t layer, int64_t kv_head) const;
     // Rows the lane can hold before it needs more pages.
     int64_t lane_capacity(int seq, int64_t layer, int64_t kv_head) const;
-    // Makes rows [lane_n_tokens, n_rows) of the K and V lanes writable.
+    // Makes rows [n_rows, n_rows) of the K and V lanes writable.
     Status reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows);
-    // Precondition: n <= lane_capacity. Does not change the slot's n_tokens().
-    void set_lane_n_tokens(int seq, int64_t layer, int64_t kv_head, int64_t n);
-    // Keeps rows keep_rows[0 .. n_keep) (strictly increasing, < lane_n_tokens)
-    // of the K and V lanes, packed to rows [0, n_keep) in order; unmaps the
-    // pages past the last kept row. Errors (nothing changed) on a bad list.
-    Status compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep);
+    // Precondition: n <= lane_capacity. Does not change the slot's n_pos().
+    void set_lane_rows(int seq, int64_t layer, int64_t kv_head, int64_t n);
+    // Caps the lane at cap rows (0 = no cap, the default; clear() removes it):
+    // reserve() refuses rows past it with an error, map-ahead never maps
+    // pages for them. Pages already mapped past the cap are unmapped.
+    void set_lane_cap(int seq, int64_t layer, int64_t kv_head, int64_t cap);
+    int64_t lane_cap(int seq, int64_t layer, int64_t kv_head) const;
 
     // ---- sharing ----
-    // dst (an empty slot, != src) gets rows [0, n_tokens) of every lane of src
-    // by mapping src's pages (no copy); n_tokens(dst) = n_tokens. Needs every
-    // src lane to hold >= n_tokens rows.
-    Status share_prefix(int dst_seq, int src_seq, int64_t n_tokens);
+    // dst (an empty slot, != src) gets rows [0, n_rows) of every lane of src
+    // by mapping src's pages (no copy); n_pos(dst) = n_rows. Needs every
+    // src lane to hold >= n_rows rows (dense up to there).
+    Status share_prefix(int dst_seq, int src_seq, int64_t n_rows);
     // Copies every shared page of seq's lanes that holds rows >= from_row of
     // that lane, so the slot may rewrite them.
     Status prepare_write(int seq, int64_t from_row);
@@ -109,16 +122,29 @@ public:
     // Tops up headroom of seq's lanes; call between steps (off the critical path).
     Status map_ahead(int seq);
     // clear() and return every page of the slot to the pool now.
-    void release(int seq);
+    void release(int seq) override;
     // Returns every page no lane needs (idle slots' caches, headroom) to the
     // pool; the number of pages freed.
     int64_t trim();
 
-    // ---- accounting ----
+    // ---- accounting (what the scheduler asks instead of counting pages itself) ----
+    // Pool pages reserve(seq, n_pos) would still have to map (beyond pages
+    // already mapped to the lanes, headroom included), not counting copies of
+    // shared pages. 0 when the lanes already have the room.
+    int64_t pages_to_reserve(int seq, int64_t n_pos) const override;
+    int64_t seq_pages_for_rows(int64_t n_rows) const override {
+        return shape_.n_layer * shape_.n_head_kv * 2 * pages_for_rows(n_rows);
+    }
+    // Pool pages mapped to every lane of slot seq (a shared page once per lane).
+    int64_t seq_mapped_pages(int seq) const override;
+    int64_t n_free_pages() const override { return pool_->n_free(); }
+    int64_t n_total_pages() const override { return pool_->n_pages(); }
+    // seq_pages_for_rows() for a store not created yet (sizing its pool).
+    static int64_t seq_pages_for_rows(const KvShape &shape, int64_t page_bytes, int64_t n_rows);
     const PagePool &pool() const { return *pool_; }
     int64_t page_bytes() const { return pool_->page_bytes(); }
     int64_t row_bytes() const { return row_bytes_; }
-    int64_t max_ctx() const { return max_ctx_; }
+    int64_t max_ctx() const override { return max_ctx_; }
     int64_t mapped_pages() const { return n_mapped_; }  // lane pages, shared ones once per lane
     int64_t lane_mapped_bytes(int seq, int64_t layer, int64_t kv_head) const;  // K + V
     int64_t seq_mapped_bytes(int seq) const;
@@ -132,6 +158,7 @@ private:
     struct Lane {
         std::vector<int32_t> pages;  // pool page mapped at lane page j
         int64_t rows = 0;
+        int64_t cap = 0;             // rows the lane may hold; 0 = max_ctx
     };
 
     VAttentionKv() = default;
@@ -140,6 +167,7 @@ private:
     char *lane_addr(size_t lane) const { return base_ + static_cast<int64_t>(lane) * span_; }
     int64_t pages_for_rows(int64_t rows) const;
     int64_t rows_in_pages(int64_t n_pages) const;
+    int64_t lane_max_rows(const Lane &ln) const { return ln.cap > 0 ? std::min(ln.cap, max_ctx_) : max_ctx_; }
 
     Result<int32_t> alloc_page(int except_seq);
     int64_t reclaim(int64_t want, int except_seq);
@@ -149,7 +177,8 @@ private:
     Status grow_lane(size_t lane, int64_t need, int64_t target, int except_seq, bool in_reserve);
     void shrink_lane(size_t lane, int64_t keep_pages);
     Status unshare_rows(size_t lane, int64_t row_begin, int64_t row_end, int except_seq);
-    Status reserve_impl(int seq, int64_t n_tokens);
+    // Grows the position arrays of seq's lanes for delta more rows.
+    void grow_positions(int seq, int64_t delta);
 
     KvShape shape_;
     int64_t max_ctx_ = 0;
@@ -162,8 +191,10 @@ private:
     char *base_ = nullptr;        // lanes start here, page aligned
     char *scratch_ = nullptr;     // one page of address space for copy on write
     std::vector<Lane> lanes_;
-    std::vector<int64_t> n_tokens_;  // per slot
-    // Per slot: the n_tokens of the last reserve() whose rows may not be
+    // Per (seq, layer, kv head), only with_positions: the position of each row.
+    std::vector<std::vector<int32_t>> positions_;
+    std::vector<int64_t> n_pos_;  // per slot
+    // Per slot: the n_pos of the last reserve() whose rows may not be
     // written yet. reclaim() never takes pages below it, so pages reserved for
     // one sequence in a step can't be taken by another sequence's reserve()
     // in the same step, before the forward pass writes them.

@@ -237,6 +237,7 @@ std::unique_ptr<Workspace> Model::make_workspace(int64_t max_tokens, int64_t max
     ws->out_ids_.resize(static_cast<size_t>(max_outputs));
     ws->k_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
     ws->v_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
+    ws->n_past_.resize(static_cast<size_t>(c.n_head_kv));
     return ws;
 }
 
@@ -318,9 +319,9 @@ Status Model::validate(const Batch &b, const KvCache &kv, const Workspace &ws) c
                 return;
             }
         }
-        if (b.pos[begin] < 0 || b.pos[begin] > kv.n_tokens(s)) {
-            st = Status::errorf("batch: sequence %d starts at position %d, its KV holds %lld tokens", s,
-                                b.pos[begin], static_cast<long long>(kv.n_tokens(s)));
+        if (b.pos[begin] < 0 || b.pos[begin] > kv.n_pos(s)) {
+            st = Status::errorf("batch: sequence %d starts at position %d, its KV has seen %lld positions", s,
+                                b.pos[begin], static_cast<long long>(kv.n_pos(s)));
             return;
         }
         for (int64_t i = begin + 1; i < end; ++i) {
@@ -340,19 +341,22 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
     for_each_run(b, [&](int64_t begin, int64_t end) {
         const int s = b.seq[begin];
         const int64_t n = end - begin;
-        const int64_t pos0 = b.pos[begin];
-        // Write this run's K/V rows at their positions:
-        //   k_ [t, g, :]  ->  k_lane(s, il, g)[pos0 + t - begin, :]
+        // Append this run's K/V rows at each lane's own row count (rows are not
+        // positions: a compacted lane holds fewer rows than positions):
+        //   k_ [t, g, :]  ->  k_lane(s, il, g)[n_past[g] + t - begin, :]
         for (int64_t g = 0; g < c.n_head_kv; ++g) {
-            float *kl = kv.k_lane(s, il, g);
-            float *vl = kv.v_lane(s, il, g);
+            const int64_t n_past = kv.n_rows(s, il, g);
+            float *kl = kv.k_lane(s, il, g) + n_past * hd;
+            float *vl = kv.v_lane(s, il, g) + n_past * hd;
             for (int64_t t = begin; t < end; ++t) {
-                const int64_t p = pos0 + (t - begin);
-                std::memcpy(kl + p * hd, ws.k_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
-                std::memcpy(vl + p * hd, ws.v_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
+                std::memcpy(kl + (t - begin) * hd, ws.k_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
+                std::memcpy(vl + (t - begin) * hd, ws.v_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
             }
-            ws.k_ptrs_[static_cast<size_t>(g)] = kl;
-            ws.v_ptrs_[static_cast<size_t>(g)] = vl;
+            if (int32_t *pos = kv.positions(s, il, g))
+                for (int64_t t = begin; t < end; ++t) pos[n_past + t - begin] = b.pos[t];
+            ws.k_ptrs_[static_cast<size_t>(g)] = kv.k_lane(s, il, g);
+            ws.v_ptrs_[static_cast<size_t>(g)] = kv.v_lane(s, il, g);
+            ws.n_past_[static_cast<size_t>(g)] = n_past;
         }
         cpu::AttnArgs a;
         a.q = ws.q_.data() + begin * c.q_dim();
@@ -360,8 +364,7 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         a.v = ws.v_ptrs_.data();
         a.o = ws.att_.data() + begin * c.q_dim();
         a.n_q = n;
-        a.n_kv = pos0 + n;
-        a.q_pos0 = pos0;
+        a.n_past_kv = ws.n_past_.data();
         a.n_head = c.n_head;
         a.n_head_kv = c.n_head_kv;
         a.head_dim = hd;
@@ -381,9 +384,13 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
                  "KV store shape (%lld layers, %lld kv heads, head_dim %lld) does not match the model",
                  static_cast<long long>(ks.n_layer), static_cast<long long>(ks.n_head_kv),
                  static_cast<long long>(ks.head_dim));
+    // A run starting before the slot's next position rewrites the tail: roll
+    // every lane back by the same number of rows first, then make room.
     Status st;
     for_each_run(b, [&](int64_t begin, int64_t end) {
-        if (st.ok()) st = kv.reserve(b.seq[begin], b.pos[end - 1] + 1);
+        const int seq = b.seq[begin];
+        if (b.pos[begin] < kv.n_pos(seq)) kv.set_n_pos(seq, b.pos[begin]);
+        if (st.ok()) st = kv.reserve(seq, b.pos[end - 1] + 1);
     });
     SIEVE_TRY(st);
 
@@ -465,7 +472,7 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         cpu::matmul(output_, ws.out_x_.data(), n_out, ws.logits_.data(), pool, ws.act_precision);
         dump("result_output", -1, ws.logits_.data(), n_out, c.n_vocab);
     }
-    for_each_run(b, [&](int64_t begin, int64_t end) { kv.set_n_tokens(b.seq[begin], b.pos[end - 1] + 1); });
+    for_each_run(b, [&](int64_t begin, int64_t end) { kv.set_n_pos(b.seq[begin], b.pos[end - 1] + 1); });
     return Status();
 }
 

@@ -14,7 +14,7 @@
 //     h = rmsnorm(x) * attn_norm
 //     q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)    // biases: qwen2
 //     q, k = rope(q, k, pos)                           // pairs: llama, halves: qwen2
-//     K, V lanes[pos] = k, v
+//     K, V lanes[n_rows++] = k, v                      // appended: rows are not positions
 //     x += attention(q, K, V) Wo                       // causal, GQA, per sequence
 //     h = rmsnorm(x) * ffn_norm
 //     x += (silu(h Wgate) * (h Wup)) Wdown
@@ -41,7 +41,9 @@ namespace sieve {
 
 // Tokens of one forward step. Tokens of a sequence are contiguous in the
 // batch, at consecutive positions, and the first one is at a position
-// <= kv.n_tokens(seq) (equal when appending; smaller rewrites the tail).
+// <= kv.n_pos(seq) (equal when appending; smaller rolls every lane of the
+// slot back by the difference and rewrites the tail). Each token's K/V row
+// is appended at its lane's own row count (see kv/kv_cache.h).
 //
 //   tokens:  [ a0 a1 a2 a3 | b17 | c5 c6 ]      one prefill chunk, one decode token, ...
 //   seq:     [ 0  0  0  0  | 1   | 2  2  ]
@@ -92,6 +94,7 @@ private:
     AlignedBuffer<float> out_x_, logits_;                      // [max_outputs, ...]
     std::vector<int64_t> out_ids_;
     std::vector<const float *> k_ptrs_, v_ptrs_;                // [n_head_kv]
+    std::vector<int64_t> n_past_;                               // [n_head_kv] lane rows before a chunk
 };
 
 // Weights of one layer, bound into the GGUF mapping.
@@ -135,7 +138,7 @@ public:
     std::unique_ptr<Workspace> make_workspace(int64_t max_tokens, int64_t max_outputs = 0) const;
 
     // Runs one step. On success ws.logits() holds the requested rows and kv
-    // holds the batch's K/V with n_tokens(seq) = last position + 1 for each
+    // holds the batch's K/V with n_pos(seq) = last position + 1 for each
     // sequence in the batch. Errors (bad token id, batch too large, positions
     // not consecutive, KV out of room) are returned before anything is
     // written to kv.

@@ -7,6 +7,8 @@
 // partial (m, l, acc) per head; a merge combines the chunks:
 //   M = max_c m_c,  L = sum_c l_c e^(m_c - M),  O = sum_c acc_c e^(m_c - M) / L.
 // lse = m + log l is the log of sum exp(scale * q.k) over visible keys.
+// Lanes may hold different row counts (AttnArgs::past): the query sees all
+// n_past(g) + 1 rows of KV head g's lane.
 #include <algorithm>
 #include <cmath>
 
@@ -23,14 +25,18 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     SIEVE_CHECKF(a.n_q == 1, "attention_decode: n_q = %lld, expected 1 (use attention_prefill)",
                  static_cast<long long>(a.n_q));
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
-    const int64_t n_vis = a.q_pos0 + 1;
-    const decode::ChunkPlan plan = decode::plan_chunks(n_vis, a.n_head_kv, pool.n_threads(), decode::k_blk);
+    // One plan for every head, sized by the longest lane; chunks past a
+    // shorter lane's end leave an empty partial (m = -inf, l = 0), which the
+    // merge weighs 0. With equal lanes this is the dense plan exactly.
+    const decode::ChunkPlan plan =
+        decode::plan_chunks(attn_max_past(a) + 1, a.n_head_kv, pool.n_threads(), decode::k_blk);
     const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk;
     // partial[h][c] = (acc[d], m, l), part_len(d) floats
     const int64_t part_len = decode::part_len(d);
     float *partial = decode::grow(decode::scratch().partial, a.n_head * n_chunks * part_len);
     pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
         const int64_t kvh = task / n_chunks, c = task % n_chunks;
+        const int64_t n_vis = a.past(kvh) + 1;
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
         const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
         float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);

@@ -24,7 +24,8 @@
 //   S = Q K^T:  acc[k_jb keys][k_rv row vectors] += bcast(K[j][c]) * qt[c][rows]
 //   O += P V:   acc[k_cb dims][k_rv row vectors] += bcast(V[j][c]) * s[j][rows]
 //
-// Causality. Row r (query i) sees keys [0, q_pos0 + i]. A block walks key
+// Causality. Row r (query i) of KV head g sees rows [0, n_past(g) + i] of its
+// lane (AttnArgs::past: lanes may hold different row counts). A block walks key
 // tiles up to the last key its last row sees; only tiles past the first row's
 // limit (at most two per block) are masked, lane by lane.
 //
@@ -249,12 +250,12 @@ void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_
         const int64_t row = r0 + std::min(r, nr - 1), i = row / g, h = kvh * g + row % g;
         const float *q = a.q + (i * a.n_head + h) * d;
         for (int64_t c = 0; c < d; ++c) b.qt[c * k_rb + r] = r < nr ? q[c] * a.scale : 0.0f;
-        lim[r] = a.q_pos0 + i;
+        lim[r] = a.past(kvh) + i;
         b.m[r] = -INFINITY;
         b.l[r] = 0.0f;
     }
     std::fill(b.ot, b.ot + d * k_rb, 0.0f);
-    const int64_t first_lim = a.q_pos0 + r0 / g;
+    const int64_t first_lim = a.past(kvh) + r0 / g;
     const TileFn fn = tile_fn(static_cast<int>((nr + W - 1) / W), std::make_integer_sequence<int, k_rv>{});
     for (int64_t k0 = kb; k0 < ke; k0 += k_kt) {
         const int64_t nk = std::min(k_kt, ke - k0);
@@ -298,7 +299,7 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     };
     // Split the keys every row of a block sees, [0, first_lim], into tile-aligned
     // chunks; the last chunk also takes the diagonal up to the last row's limit.
-    const int64_t n_split = n_tasks >= k_min_tasks || a.q_pos0 < 4 * k_kt ? 1 : (k_min_tasks + n_tasks - 1) / n_tasks;
+    const int64_t n_split = n_tasks >= k_min_tasks || attn_max_past(a) < 4 * k_kt ? 1 : (k_min_tasks + n_tasks - 1) / n_tasks;
     if (n_split == 1) {
         pool.run(n_tasks, [&](int64_t t, int) {
             int64_t kvh, r0, nr;
@@ -306,7 +307,7 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
             float *buf = tile_scratch(scratch + d * k_rb + 2 * k_rb);
             const Block b{buf, buf + scratch, buf + d * k_rb, buf + scratch + d * k_rb,
                           buf + scratch + d * k_rb + k_rb, buf + d * k_rb + k_kt * k_rb};
-            run_rows(a, b, kvh, r0, nr, 0, a.q_pos0 + (r0 + nr - 1) / g + 1);
+            run_rows(a, b, kvh, r0, nr, 0, a.past(kvh) + (r0 + nr - 1) / g + 1);
             store_rows(a, kvh, r0, nr, b.m, b.l, b.ot);
         });
         return;
@@ -319,13 +320,14 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
         const int64_t t = task / n_split, c = task % n_split;
         int64_t kvh, r0, nr;
         block_of(t, &kvh, &r0, &nr);
-        const int64_t first_lim = a.q_pos0 + r0 / g, k_end = a.q_pos0 + (r0 + nr - 1) / g + 1;
+        const int64_t first_lim = a.past(kvh) + r0 / g, k_end = a.past(kvh) + (r0 + nr - 1) / g + 1;
         const int64_t n_tiles = first_lim / k_kt + 1;  // tiles starting at or before first_lim
         const int64_t per = (n_tiles + n_split - 1) / n_split, n_used = (n_tiles + per - 1) / per;
         const int64_t kb = c * per * k_kt, ke = c == n_used - 1 ? k_end : (c + 1) * per * k_kt;
         float *sl = part + task * slot;
-        if (c >= n_used) {  // nothing left for this chunk: an empty partial
-            std::fill(sl + d * k_rb, sl + slot, 0.0f);
+        if (c >= n_used) {  // nothing left for this chunk: an empty partial (ot = 0: the
+            // merge weighs it 0, and 0 * a stale value could be NaN)
+            std::fill(sl, sl + slot, 0.0f);
             std::fill(sl + d * k_rb, sl + d * k_rb + k_rb, -INFINITY);
             return;
         }

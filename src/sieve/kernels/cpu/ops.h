@@ -69,25 +69,34 @@ void silu_mul(float *gate, const float *up, int64_t n);
 
 // Attention of one sequence over its KV, causal, GQA.
 //
-//   queries q[i] (i < n_q) sit at positions q_pos0 + i and see keys 0 ..= q_pos0 + i
-//   n_kv >= q_pos0 + n_q: keys [0, n_kv) are in the lanes
-//
-// K and V come per KV head as a contiguous lane [n_kv, head_dim] (the KV store
+// K and V come per KV head as a contiguous lane [rows, head_dim] (the KV store
 // gives one pointer per (layer, kv head)); query head h reads KV head
-// h / (n_head / n_head_kv) without copying.
+// h / (n_head / n_head_kv) without copying. Rows are not positions: a lane
+// may hold fewer rows than the sequence has positions (a sparse policy kept
+// a subset), and lanes of one layer may differ. The chunk's own rows were
+// appended at each lane's end, so
+//
+//   lane of KV head g:  [ n_past(g) rows held before the chunk | the chunk's n_q rows | ... ]
+//   query i (i < n_q) of a head in g's group sees rows 0 ..= n_past(g) + i
+//
+// with n_past(g) = n_past_kv[g] when n_past_kv is set, else n_past for every
+// head (dense lanes: n_past is the chunk's first position). Queries carry
+// their true positions in RoPE already; the kernels never see positions.
 struct AttnArgs {
     const float *q = nullptr;          // [n_q, n_head, head_dim]
-    const float *const *k = nullptr;   // n_head_kv pointers, each [n_kv, head_dim]
-    const float *const *v = nullptr;   // n_head_kv pointers, each [n_kv, head_dim]
+    const float *const *k = nullptr;   // n_head_kv pointers, each [n_past(g) + n_q, head_dim]
+    const float *const *v = nullptr;   // n_head_kv pointers, each [n_past(g) + n_q, head_dim]
     float *o = nullptr;                // [n_q, n_head, head_dim]
     float *lse = nullptr;              // optional [n_head, n_q]: log-sum-exp of scaled scores per row
     int64_t n_q = 0;
-    int64_t n_kv = 0;
-    int64_t q_pos0 = 0;
+    int64_t n_past = 0;                // rows every lane held before the chunk (when n_past_kv is null)
+    const int64_t *n_past_kv = nullptr;  // optional [n_head_kv]: rows each lane held before the chunk
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
     int64_t head_dim = 0;
     float scale = 0.0f;                // usually 1 / sqrt(head_dim)
+
+    int64_t past(int64_t kv_head) const { return n_past_kv ? n_past_kv[kv_head] : n_past; }
 };
 
 // Tiled online-softmax (FlashAttention-2 style) over query and key tiles.

@@ -26,12 +26,12 @@ void matmul_ref(const WeightView &w, const float *x, int64_t n_tokens, float *y)
 void attention_ref(const AttnArgs &a) {
     attn_check_args(a, "attention_ref");
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
-    std::vector<double> s(static_cast<size_t>(a.n_kv)), o(static_cast<size_t>(d));
+    std::vector<double> s(static_cast<size_t>(attn_max_past(a) + a.n_q)), o(static_cast<size_t>(d));
     for (int64_t h = 0; h < a.n_head; ++h) {
         const float *k = a.k[h / group], *v = a.v[h / group];
         for (int64_t i = 0; i < a.n_q; ++i) {
             const float *q = a.q + (i * a.n_head + h) * d;
-            const int64_t n_vis = a.q_pos0 + i + 1;  // causal: keys 0 ..= q_pos0 + i
+            const int64_t n_vis = a.past(h / group) + i + 1;  // causal: rows 0 ..= n_past + i of its lane
             double m = -INFINITY;
             for (int64_t j = 0; j < n_vis; ++j) {
                 double dot = 0.0;
