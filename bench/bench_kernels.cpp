@@ -40,7 +40,7 @@ void bm_matmul(benchmark::State &state, GgmlType type, int64_t n_rows, int64_t n
 
 struct AttnData {
     std::vector<std::vector<float>> k, v;
-    std::vector<const float *> kp, vp;
+    std::vector<const void *> kp, vp;
     std::vector<float> q, o;
     cpu::AttnArgs a;
     AttnData(int64_t n_q, int64_t n_kv) {

@@ -74,7 +74,7 @@ VAttentionKvOptions lane_opts(const HeadShape &hs, int n_seq, int64_t n_layer, i
 // One decode step of one layer: every sequence attends over its ctx keys.
 double time_contiguous(VAttentionKv &kv, const HeadShape &hs, int batch, int64_t ctx, const float *q, float *o,
                        ThreadPool &pool, int iters) {
-    std::vector<const float *> kp(static_cast<size_t>(hs.n_head_kv)), vp(kp.size());
+    std::vector<const void *> kp(static_cast<size_t>(hs.n_head_kv)), vp(kp.size());
     cpu::AttnArgs a;
     a.n_q = 1, a.n_past = ctx - 1, a.n_head = hs.n_head, a.n_head_kv = hs.n_head_kv;
     a.head_dim = hs.head_dim, a.scale = 0.125f, a.k = kp.data(), a.v = vp.data();
@@ -255,7 +255,7 @@ int run_map(int reps, int n_threads) {
             }
         }
         // Step time: decode attention of one layer for the batch, times n_layer.
-        std::vector<const float *> kp(static_cast<size_t>(hs.n_head_kv)), vp(kp.size());
+        std::vector<const void *> kp(static_cast<size_t>(hs.n_head_kv)), vp(kp.size());
         std::vector<float> q(static_cast<size_t>(hs.n_head * hs.head_dim)), o(q.size());
         fill_values(q.data(), static_cast<int64_t>(q.size()), 3);
         cpu::AttnArgs a;

@@ -27,13 +27,13 @@ sieve_bench_test(contiguous 0 "tg4 @ d40" "" ${bench_small} -d 40 --kv contiguou
 # jsonl: one object per line with llama-bench's field names and sieve's own
 # (expect.sh matches line by line: one test per row kind).
 sieve_bench_test(jsonl_pp 0
-  "^\\{\"build_commit\": \"sieve\".*\"model_filename\": \"[^\"]*stories260K\\.gguf\", \"model_type\": \"llama 293K F32\", \"model_size\": 1171200, \"model_n_params\": 292800, \"n_batch\": 512, .*\"n_threads\": 2, \"type_k\": \"f32\".*\"n_prompt\": 16, \"n_gen\": 0, \"n_depth\": 0, .*\"avg_ns\": [0-9]+, \"stddev_ns\": [0-9]+, \"avg_ts\": [0-9.]+, \"stddev_ts\": [0-9.]+, \"median_ts\": [0-9.]+, \"gbps\": null, \"bw_frac\": null, \"bw_gbps\": 20\\.0+, \"samples_ns\": \\[[0-9]+, [0-9]+\\], \"samples_ts\": \\[[0-9.]+, [0-9.]+\\]\\}$"
+  "^\\{\"build_commit\": \"sieve\".*\"model_filename\": \"[^\"]*stories260K\\.gguf\", \"model_type\": \"llama 293K F32\", \"model_size\": 1171200, \"model_n_params\": 292800, \"n_batch\": 512, .*\"n_threads\": 2, \"type_k\": \"f16\", \"type_v\": \"f16\".*\"n_prompt\": 16, \"n_gen\": 0, \"n_depth\": 0, .*\"avg_ns\": [0-9]+, \"stddev_ns\": [0-9]+, \"avg_ts\": [0-9.]+, \"stddev_ts\": [0-9.]+, \"median_ts\": [0-9.]+, \"gbps\": null, \"bw_frac\": null, \"bw_gbps\": 20\\.0+, \"samples_ns\": \\[[0-9]+, [0-9]+\\], \"samples_ts\": \\[[0-9.]+, [0-9.]+\\]\\}$"
   "" ${bench_small} -t 2 -o jsonl)
 sieve_bench_test(jsonl_tg 0 "^\\{.*\"n_prompt\": 0, \"n_gen\": 4, \"n_depth\": 0, .*\"gbps\": [0-9.]+, \"bw_frac\": [0-9.]+, " "" ${bench_small} -o jsonl)
 sieve_bench_test(json_array 0 "^    \"n_gen\": 4,$" "" ${bench_small} -o json)
 sieve_bench_test(json_close 0 "^\\]$" "" ${bench_small} -o json)
 sieve_bench_test(csv_header 0 "^build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,kv_store,use_mmap,huge_frac,n_prompt,n_gen,n_depth,.*avg_ts,stddev_ts,median_ts,gbps,bw_frac,bw_gbps,samples_ns,samples_ts$" "" ${bench_small} -o csv)
-sieve_bench_test(csv_row 0 "^\"sieve\",.*,\"llama 293K F32\",1171200,292800,512,512,[0-9]+,\"f32\",\"f32\",\"vattention\",0,[0-9.]+,0,4,0," "" ${bench_small} -o csv)
+sieve_bench_test(csv_row 0 "^\"sieve\",.*,\"llama 293K F32\",1171200,292800,512,512,[0-9]+,\"f16\",\"f16\",\"vattention\",0,[0-9.]+,0,4,0," "" ${bench_small} -o csv)
 # Lists: comma lists and repeats; -p 0 skips pp.
 sieve_bench_test(list_comma 0 "\\| pp12 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
 sieve_bench_test(list_repeat 0 "\\| tg3 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
@@ -57,3 +57,10 @@ sieve_bench_test(kv_memory 0 "tg4 @ d40" "" ${bench_small} -d 40 --kv-memory 8Mi
 sieve_bench_test(kv_memory_small 1 "" "KV pool exhausted: all 16 pages of 4 KiB .*raise --kv-memory" ${bench_small} -d 300 --kv-memory 64KiB --kv-page-size 4KiB)
 sieve_bench_test(bad_kv_memory 2 "" "--kv-memory: " ${bench_small} --kv-memory lots)
 sieve_bench_test(bad_kv_page 1 "" "KV page size 3072 bytes: expected a power of two" ${bench_small} --kv-page-size 3KiB)
+
+# KV row types (llama.cpp's -ctk / -ctv): f32 is the oracle mode, bf16 too;
+# K and V in different types, or an unknown type, are refused with a reason.
+sieve_bench_test(cache_type_f32 0 "\"type_k\": \"f32\", \"type_v\": \"f32\"" "" ${bench_small} -d 40 -ctk f32 -ctv f32 -o jsonl)
+sieve_bench_test(cache_type_bf16 0 "\"type_k\": \"bf16\", \"type_v\": \"bf16\"" "" ${bench_small} -d 40 --cache-type-k bf16 -o jsonl)
+sieve_bench_test(cache_type_mixed 2 "" "--cache-type-k f16 and --cache-type-v f32 differ" ${bench_small} -ctk f16 -ctv f32)
+sieve_bench_test(cache_type_bad 2 "" "--cache-type-k: expected f16, bf16 or f32, got 'q8_0'" ${bench_small} -ctk q8_0)

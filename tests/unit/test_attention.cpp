@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels_test_util.h"
+#include "sieve/core/fp16.h"
 #include "sieve/kernels/cpu/ops.h"
 
 using namespace sieve;
@@ -40,7 +41,9 @@ struct AttnCase {
     bool per_head = false;
     std::vector<float> q;
     std::vector<Lane> k, v;
-    std::vector<const float *> k_ptr, v_ptr;
+    std::vector<const void *> k_ptr, v_ptr;
+    cpu::RowType kv_type = cpu::RowType::f32;
+    std::vector<std::vector<uint16_t>> k16, v16;  // f16/bf16 copies (use_rows)
 
     AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, int64_t pos0, int64_t nkv,
              int64_t misalign = 0)
@@ -65,6 +68,24 @@ struct AttnCase {
         for (auto &x : k) k_ptr.push_back(x.p);
         for (auto &x : v) v_ptr.push_back(x.p);
     }
+    // Stores the lanes as f16 (or bf16) rows: the kernels then read those, and
+    // the reference widens the same rounded values.
+    void use_rows(cpu::RowType t) {
+        kv_type = t;
+        k16.clear();
+        v16.clear();
+        const auto narrow = [&](const Lane &l) {
+            std::vector<uint16_t> h(static_cast<size_t>(n_kv * head_dim));
+            for (size_t i = 0; i < h.size(); ++i) h[i] = t == cpu::RowType::f16 ? fp32_to_fp16(l.p[i]) : fp32_to_bf16(l.p[i]);
+            return h;
+        };
+        for (const Lane &l : k) k16.push_back(narrow(l));
+        for (const Lane &l : v) v16.push_back(narrow(l));
+        for (size_t g = 0; g < k.size(); ++g) {
+            k_ptr[g] = k16[g].data();
+            v_ptr[g] = v16[g].data();
+        }
+    }
     cpu::AttnArgs args(float *o, float *lse) const {
         cpu::AttnArgs a;
         a.q = q.data();
@@ -73,6 +94,7 @@ struct AttnCase {
         a.o = o;
         a.lse = lse;
         a.n_q = n_q;
+        a.kv_type = kv_type;
         a.n_past = past[0];
         a.n_past_kv = per_head ? past.data() : nullptr;
         a.n_head = n_head;
@@ -103,7 +125,7 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
     std::vector<float> vmax(static_cast<size_t>(c.n_head_kv), 0.0f);
     for (int64_t h = 0; h < c.n_head_kv; ++h)
         for (int64_t i = 0; i < (c.past[static_cast<size_t>(h)] + c.n_q) * c.head_dim; ++i)
-            vmax[h] = std::max(vmax[h], std::fabs(c.v_ptr[h][i]));
+            vmax[h] = std::max(vmax[h], std::fabs(c.v[static_cast<size_t>(h)].p[i]));
     const char *name = kernel == Kernel::prefill ? "prefill" : "decode";
     int n_bad = 0;
     for (int64_t i = 0; i < c.n_q && n_bad < 5; ++i) {
@@ -299,4 +321,28 @@ TEST(Attention, EqualPerHeadRowsGiveTheUniformBits) {
         EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), n_o * sizeof(float))) << "n_q " << n_q;
         EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), n_l * sizeof(float))) << "n_q " << n_q;
     }
+}
+
+TEST(Attention, HalfRowsMatchReference) {
+    // f16 and bf16 lanes (the default KV type): the kernels widen a block of
+    // rows in L1 and run the f32 inner loops; the reference widens the same
+    // rounded values, so the tolerance is the f32 one. Uneven lanes, GQA, NaN
+    // past every lane's end (NaN survives the narrowing).
+    std::mt19937 rng(54);
+    ThreadPool pool(2);
+    for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16})
+        for (Heads hh : k_heads)
+            for (int64_t d : {64, 36}) {
+                std::vector<int64_t> past(static_cast<size_t>(hh.n_head_kv));
+                for (auto &p : past) p = static_cast<int64_t>(rng() % 400);
+                const int64_t most = *std::max_element(past.begin(), past.end());
+                AttnCase dec(rng, hh.n_head, hh.n_head_kv, d, 1, past, most + 5);
+                dec.use_rows(t);
+                check(dec, Kernel::decode, pool);
+                for (int64_t n_q : {3, 77}) {
+                    AttnCase pre(rng, hh.n_head, hh.n_head_kv, d, n_q, past, most + n_q + 2);
+                    pre.use_rows(t);
+                    check(pre, Kernel::prefill, pool);
+                }
+            }
 }

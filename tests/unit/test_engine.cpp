@@ -244,6 +244,7 @@ void EngineTest::check_preemption(int64_t batch_tokens) {
     o.max_batch_tokens = batch_tokens;
     o.max_ctx = 2 * rows_per_page;
     o.kv_page_bytes = 4096;
+    o.kv_type = cpu::RowType::f32;  // the page counts below assume f32 rows (32 B)
     o.kv_memory_bytes = 5 * lanes * 4096;
     auto e = make_engine(o);
     ASSERT_TRUE(e);
@@ -280,6 +281,7 @@ TEST_F(EngineTest, DecodeStepsFindTheirKvRowsMappedAhead) {
     o.max_seqs = 2;
     o.max_ctx = 4 * rows_per_page;
     o.kv_page_bytes = 4096;
+    o.kv_type = cpu::RowType::f32;  // the page counts below assume f32 rows (32 B)
     const std::vector<GenRequest> prefill_only = {greedy(random_prompt(9, 41), 1), greedy(random_prompt(23, 42), 1)};
     std::vector<GenRequest> long_decode = prefill_only;
     for (GenRequest &r : long_decode) r.max_tokens = 3 * rows_per_page + 5;
@@ -312,6 +314,7 @@ TEST_F(EngineTest, ConcurrentCancellationsFreeEverything) {
     o.max_batch_tokens = 48;
     o.max_ctx = 256;
     o.kv_page_bytes = 4096;
+    o.kv_type = cpu::RowType::f32;  // the page counts below assume f32 rows (32 B)
     auto e = make_engine(o);
     ASSERT_TRUE(e);
     std::mt19937 rng(7);
@@ -518,6 +521,7 @@ TEST_F(EngineTest, SubmitRejectsBadRequests) {
     EngineOptions small;
     small.max_ctx = 1000;
     small.kv_page_bytes = 4096;
+    small.kv_type = cpu::RowType::f32;
     small.kv_memory_bytes = 3 * 40 * 4096;
     auto e2 = make_engine(small);
     ASSERT_TRUE(e2);

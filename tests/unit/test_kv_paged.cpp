@@ -81,7 +81,7 @@ TEST(KvPaged, DecodeMatchesReferenceAndContiguous) {
             pr.o = o_ref.data();
             pr.lse = lse_ref.data();
             cpu::attention_decode_paged_ref(pr);
-            std::vector<const float *> kp, vp;
+            std::vector<const void *> kp, vp;
             for (int64_t g = 0; g < c.n_head_kv; ++g) {
                 kp.push_back(kl[static_cast<size_t>(g)].data());
                 vp.push_back(vl[static_cast<size_t>(g)].data());

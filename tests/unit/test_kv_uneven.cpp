@@ -35,7 +35,12 @@ protected:
         auto m = Model::load(*file_);
         ASSERT_TRUE(m.ok()) << m.status().message();
         model_ = std::move(m.value());
-        shape_ = model_->kv_shape(k_n_seq);
+        make_stores(cpu::RowType::f32);
+        ws_ = model_->make_workspace(320);
+    }
+
+    void make_stores(cpu::RowType type) {
+        shape_ = model_->kv_shape(k_n_seq, type);
         auto c = ContiguousKv::create(shape_, k_n_ctx, true);
         ASSERT_TRUE(c.ok()) << c.status().message();
         contig_ = std::move(c.value());
@@ -48,21 +53,30 @@ protected:
         auto v = VAttentionKv::create(o);
         ASSERT_TRUE(v.ok()) << v.status().message();
         lanes_ = std::move(v.value());
-        ws_ = model_->make_workspace(320);
+    }
+
+    // NaN (of the store's row type) in rows [r0, r1) of a lane.
+    void fill_nan(void *lane, int64_t r0, int64_t r1) {
+        const int64_t d = shape_.head_dim;
+        if (shape_.type == cpu::RowType::f32) {
+            std::fill(static_cast<float *>(lane) + r0 * d, static_cast<float *>(lane) + r1 * d, NAN);
+        } else {
+            const uint16_t nan16 = shape_.type == cpu::RowType::f16 ? 0x7e00 : 0x7fc0;
+            std::fill(static_cast<uint16_t *>(lane) + r0 * d, static_cast<uint16_t *>(lane) + r1 * d, nan16);
+        }
     }
 
     // NaN in every row past each lane's length that the store has memory for.
     void poison() {
-        const int64_t d = shape_.head_dim;
         for (int s = 0; s < k_n_seq; ++s)
             for (int64_t il = 0; il < shape_.n_layer; ++il)
                 for (int64_t h = 0; h < shape_.n_head_kv; ++h) {
                     const int64_t r0 = contig_->n_rows(s, il, h);
-                    std::fill(contig_->k_lane(s, il, h) + r0 * d, contig_->k_lane(s, il, h) + k_n_ctx * d, NAN);
-                    std::fill(contig_->v_lane(s, il, h) + r0 * d, contig_->v_lane(s, il, h) + k_n_ctx * d, NAN);
+                    fill_nan(contig_->k_data(s, il, h), r0, k_n_ctx);
+                    fill_nan(contig_->v_data(s, il, h), r0, k_n_ctx);
                     const int64_t r1 = lanes_->n_rows(s, il, h), cap = lanes_->lane_capacity(s, il, h);
-                    std::fill(lanes_->k_lane(s, il, h) + r1 * d, lanes_->k_lane(s, il, h) + cap * d, NAN);
-                    std::fill(lanes_->v_lane(s, il, h) + r1 * d, lanes_->v_lane(s, il, h) + cap * d, NAN);
+                    fill_nan(lanes_->k_data(s, il, h), r1, cap);
+                    fill_nan(lanes_->v_data(s, il, h), r1, cap);
                 }
     }
 
@@ -93,6 +107,8 @@ protected:
         ASSERT_TRUE(lanes_->check_accounting().ok()) << lanes_->check_accounting().message();
     }
 
+    void random_keep_lists(uint32_t seed);
+
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<Model> model_;
     KvShape shape_;
@@ -102,8 +118,8 @@ protected:
     ThreadPool pool_{2};
 };
 
-TEST_F(KvUneven, RandomKeepListsGiveTheSameLogitsOnBothStores) {
-    std::mt19937 rng(91);
+void KvUneven::random_keep_lists(uint32_t seed) {
+    std::mt19937 rng(seed);
     // Shadow of the positions each lane should hold (K/V rows follow them).
     const size_t n_lanes = static_cast<size_t>(k_n_seq * shape_.n_layer * shape_.n_head_kv);
     std::vector<std::vector<int32_t>> expect(n_lanes);
@@ -187,6 +203,15 @@ TEST_F(KvUneven, RandomKeepListsGiveTheSameLogitsOnBothStores) {
         for (int64_t h = 0; h < shape_.n_head_kv; ++h) expect[lane_of(1, il, h)].clear();
     ASSERT_NO_FATAL_FAILURE(run({{1, 33}, {0, 1}}));
     ASSERT_NO_FATAL_FAILURE(check_positions());
+}
+
+TEST_F(KvUneven, RandomKeepListsGiveTheSameLogitsOnBothStores) { ASSERT_NO_FATAL_FAILURE(random_keep_lists(91)); }
+
+TEST_F(KvUneven, RandomKeepListsOnHalfRows) {
+    // The same with f16 rows (the default KV type): rows move as 2-byte
+    // elements, pages hold twice the rows.
+    make_stores(cpu::RowType::f16);
+    ASSERT_NO_FATAL_FAILURE(random_keep_lists(95));
 }
 
 TEST_F(KvUneven, KeepingEveryRowEqualsNeverCompacting) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/row_type.h"
 
 namespace sieve::cli {
 
@@ -42,6 +43,12 @@ private:
     std::string inline_value_;
     bool has_inline_ = false;
 };
+
+// The KV row type from llama.cpp's --cache-type-k / --cache-type-v values
+// ("" = not given): f16 by default; f32 (the oracle) and bf16 on request.
+// sieve keeps K and V in one type, so two different given types are an error
+// that says so.
+Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::RowType *out);
 
 // Cache folder for models: $SIEVE_CACHE, else $XDG_CACHE_HOME/sieve, else
 // $HOME/.cache/sieve — the same rule as scripts/fetch_model.sh.

@@ -50,6 +50,7 @@ struct BenchOptions {
     BenchFormat format = BenchFormat::md;
     double bandwidth_gbps = 0;  // 0 = measure
     std::string kv = "vattention";
+    cpu::RowType kv_type = cpu::RowType::f16;  // -ctk / -ctv
     int64_t kv_memory = 0;           // --kv-memory; 0 = what the test needs
     int64_t kv_page = 64 * 1024;     // --kv-page-size
     bool mmap = false;               // -mmp 1 / --mmap: weights stay in the file mapping
@@ -74,6 +75,8 @@ void print_usage(FILE *out) {
                  "      --kv vattention|contiguous  KV store (default vattention)\n"
                  "      --kv-memory SIZE        KV page pool, e.g. 512MiB (default: what depth + test need)\n"
                  "      --kv-page-size SIZE     KV page size, 4KiB .. 2MiB, power of two (default 64KiB)\n"
+                 "  -ctk, --cache-type-k T      KV row type: f16 (default), bf16, or f32 (exact)\n"
+                 "  -ctv, --cache-type-v T      the same for V (sieve keeps K and V in one type)\n"
                  "  -mmp, --mmap 0|1            1: leave the weights in the file mapping; 0: copy them\n"
                  "                              into huge pages (default 0)\n"
                  "  -h, --help\n");
@@ -99,6 +102,7 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
     std::string flag;
     // A list flag given by the user replaces its default; repeats append.
     bool seen_p = false, seen_n = false, seen_d = false;
+    std::string type_k, type_v;
     const auto fail = [](const Status &st) {
         std::fprintf(stderr, "sieve bench: %s\n", st.message().c_str());
         return k_exit_usage;
@@ -169,6 +173,10 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
             if (v.value() != "vattention" && v.value() != "contiguous")
                 return fail(Status::errorf("%s: expected vattention or contiguous, got '%s'", flag.c_str(), v.value().c_str()));
             o->kv = v.value();
+        } else if (flag == "-ctk" || flag == "--cache-type-k" || flag == "-ctv" || flag == "--cache-type-v") {
+            Result<std::string> v = args.value("f16, bf16 or f32");
+            if (!v.ok()) return fail(v.status());
+            (flag == "-ctk" || flag == "--cache-type-k" ? type_k : type_v) = v.value();
         } else if (flag == "--kv-memory" || flag == "--kv-page-size") {
             Result<std::string> v = args.value("a size such as 512MiB");
             if (!v.ok()) return fail(v.status());
@@ -180,6 +188,7 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
         }
         if (!st.ok()) return fail(st);
     }
+    if (Status st = parse_cache_types(type_k, type_v, &o->kv_type); !st.ok()) return fail(st);
     if (o->models.empty()) o->models.push_back(default_model_path());
     if (o->n_threads.empty())
         o->n_threads.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())));
@@ -215,7 +224,7 @@ struct ModelFacts {
     int64_t kv_bytes_per_pos = 0;   // K + V bytes of one position over all layers
 };
 
-ModelFacts model_facts(const std::string &path, const GgufFile &file, const Model &model) {
+ModelFacts model_facts(const std::string &path, const GgufFile &file, const Model &model, cpu::RowType kv_type) {
     ModelFacts m;
     m.filename = path;
     const ModelConfig &c = model.config();
@@ -235,7 +244,7 @@ ModelFacts model_facts(const std::string &path, const GgufFile &file, const Mode
     const std::string size = p >= 1e9 ? strfmt("%.1fB", p / 1e9) : p >= 1e6 ? strfmt("%.0fM", p / 1e6) : strfmt("%.0fK", p / 1e3);
     m.type_desc = strfmt("%s %s %s", c.arch == ModelArch::qwen2 ? "qwen2" : "llama", size.c_str(),
                          type_name(static_cast<GgmlType>(main_type)));
-    m.kv_bytes_per_pos = c.n_layer * c.n_head_kv * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+    m.kv_bytes_per_pos = c.n_layer * c.n_head_kv * c.head_dim * 2 * cpu::row_type_bytes(kv_type);
     return m;
 }
 
@@ -299,7 +308,7 @@ private:
 };
 
 Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &model, int64_t n_ctx) {
-    const KvShape shape = model.kv_shape(1);
+    const KvShape shape = model.kv_shape(1, bo.kv_type);
     if (bo.kv == "vattention") {
         VAttentionKvOptions o;
         o.shape = shape;
@@ -308,7 +317,7 @@ Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &mo
         // By default the pool holds the whole context plus a few pages of
         // slack per lane (rows straddle pages; headroom maps one page ahead).
         const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
-        const int64_t row_bytes = shape.head_dim * static_cast<int64_t>(sizeof(float));
+        const int64_t row_bytes = shape.row_bytes();
         o.pool.budget_bytes = bo.kv_memory > 0 ? bo.kv_memory : lanes * (n_ctx * row_bytes + 3 * bo.kv_page);
         Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(o);
         if (!kv.ok()) return kv.status();
@@ -331,7 +340,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
     Result<std::unique_ptr<Model>> model = Model::load(**file, ModelLoadOptions{o.mmap});
     if (!model.ok()) return Status::errorf("%s: %s", path.c_str(), model.status().message().c_str());
     const Model &m = **model;
-    const ModelFacts facts = model_facts(path, **file, m);
+    const ModelFacts facts = model_facts(path, **file, m, o.kv_type);
     const double huge_frac =
         m.placed_bytes() > 0 ? std::min(1.0, static_cast<double>(m.placed_huge_bytes()) / static_cast<double>(m.placed_bytes())) : 0.0;
     std::fprintf(stderr, "sieve bench: %s: %.1f MiB of weights copied at load, %.0f%% on huge pages%s\n",
@@ -365,6 +374,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                 row.n_batch = o.n_batch;
                 row.n_threads = static_cast<int>(n_threads);
                 row.kv_store = o.kv;
+                row.type_k = row.type_v = cpu::row_type_name(o.kv_type);
                 row.use_mmap = o.mmap;
                 row.huge_frac = huge_frac;
                 row.n_prompt = t.n_prompt;

@@ -118,7 +118,7 @@ public:
             ++stats_.n_decode;
             // This step read every weight and the K/V rows of n_past() tokens.
             stats_.decode_bytes += static_cast<double>(model_.weight_bytes()) +
-                                   static_cast<double>(model_.config().kv_bytes_per_token(sizeof(float))) *
+                                   static_cast<double>(model_.config().kv_bytes_per_token(kv_.shape().row_bytes() / kv_.shape().head_dim)) *
                                        static_cast<double>(n_past());
         }
         const std::string tail = detok.finish();
@@ -290,12 +290,17 @@ int cmd_run(int argc, char **argv) {
     // The KV lives in vAttention lanes over a page pool (docs/kv-memory.md);
     // by default the pool holds the whole context of every lane plus a page of
     // headroom each, so only --kv-memory can make it run short.
+    cpu::RowType kv_type = cpu::RowType::f16;
+    if (Status st = parse_cache_types(o.cache_type_k, o.cache_type_v, &kv_type); !st.ok()) {
+        std::fprintf(stderr, "sieve run: %s\n", st.message().c_str());
+        return k_exit_usage;
+    }
     VAttentionKvOptions kvo;
-    kvo.shape = (*model)->kv_shape(1);
+    kvo.shape = (*model)->kv_shape(1, kv_type);
     kvo.max_ctx = n_ctx;
     kvo.pool.page_bytes = o.kv_page;
     const int64_t n_lanes = kvo.shape.n_layer * kvo.shape.n_head_kv * 2;
-    const int64_t lane_bytes = n_ctx * kvo.shape.head_dim * static_cast<int64_t>(sizeof(float));
+    const int64_t lane_bytes = n_ctx * kvo.shape.row_bytes();
     kvo.pool.budget_bytes = o.kv_memory > 0 ? o.kv_memory
                                             : n_lanes * ((lane_bytes + o.kv_page - 1) / o.kv_page + 1) * o.kv_page;
     Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(kvo);

@@ -37,6 +37,8 @@ void run_options_usage(FILE *out) {
                  "  -t, --threads N           threads (default: every core)\n"
                  "  --kv-memory SIZE          KV page pool, e.g. 512MiB, 4GiB (default: enough for -c)\n"
                  "  --kv-page-size SIZE       KV page size, 4KiB .. 2MiB, power of two (default: 64KiB)\n"
+                 "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
+                 "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
                  "  --mmap                    leave the weights in the file mapping (quicker start,\n"
                  "                            slower decode; default: copied into huge pages)\n"
                  "\n"
@@ -118,6 +120,9 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
             std::string text;
             SIEVE_TRY(set_string(args, "a byte size such as 512MiB or 4GiB", &text));
             SIEVE_TRY(parse_bytes(text, is(f, "--kv-memory") ? &o->kv_memory : &o->kv_page).with_context(f));
+        } else if (is(f, "-ctk", "--cache-type-k") || is(f, "-ctv", "--cache-type-v")) {
+            SIEVE_TRY(set_string(args, "a KV row type: f16, bf16 or f32",
+                                 is(f, "-ctk", "--cache-type-k") ? &o->cache_type_k : &o->cache_type_v));
         } else if (is(f, "-t", "--threads")) {
             SIEVE_TRY(set_int(args, f, 1, 1024, &n));
             o->n_threads = static_cast<int>(n);

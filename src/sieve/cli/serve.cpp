@@ -39,6 +39,7 @@ struct ServeOptions {
     int64_t n_ctx = 0;  // 0 = min(training context, 4096)
     double drain_timeout_s = 5.0;
     bool mmap = false;
+    std::string cache_type_k, cache_type_v;  // -ctk / -ctv ("" = f16)
     bool verbose = false;
     bool help = false;
 };
@@ -64,6 +65,8 @@ void serve_usage(FILE *out) {
                  "  --kv-memory BYTES         KV pool size, e.g. 512MiB (default: enough for\n"
                  "                            --parallel full contexts)\n"
                  "  --kv-page-size BYTES      KV page, a power of two from 4KiB to 2MiB (default: 64KiB)\n"
+                 "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
+                 "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
                  "  --mmap                    leave the weights in the file mapping (quicker start,\n"
                  "                            slower decode; default: copied into huge pages)\n"
                  "  --max-queue N             waiting requests before 429 (default: 256)\n"
@@ -115,6 +118,8 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
         else if (f == "--max-batch-tokens") SIEVE_TRY(take_int(args, f, 1, int64_t{1} << 20, &o->engine.max_batch_tokens));
         else if (f == "--kv-memory") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_memory_bytes));
         else if (f == "--kv-page-size") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_page_bytes));
+        else if (f == "-ctk" || f == "--cache-type-k") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_k));
+        else if (f == "-ctv" || f == "--cache-type-v") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_v));
         else if (f == "--max-queue") { SIEVE_TRY(take_int(args, f, 0, 1 << 20, &v)); o->engine.max_waiting = static_cast<int>(v); }
         else if (f == "-t" || f == "--threads") { SIEVE_TRY(take_int(args, f, 1, 4096, &v)); o->engine.n_threads = static_cast<int>(v); }
         else if (f == "--http-threads") { SIEVE_TRY(take_int(args, f, 1, 4096, &v)); o->http.n_http_threads = static_cast<int>(v); }
@@ -184,8 +189,10 @@ sigset_t block_stop_signals() {
 
 int cmd_serve(int argc, char **argv) {
     ServeOptions o;
-    if (Status st = parse_serve_options(argc, argv, &o); !st.ok()) {
-        std::fprintf(stderr, "error: %s\nsee `sieve serve --help` for the options\n", st.message().c_str());
+    Status parsed = parse_serve_options(argc, argv, &o);
+    if (parsed.ok()) parsed = parse_cache_types(o.cache_type_k, o.cache_type_v, &o.engine.kv_type);
+    if (!parsed.ok()) {
+        std::fprintf(stderr, "error: %s\nsee `sieve serve --help` for the options\n", parsed.message().c_str());
         return k_exit_usage;
     }
     if (o.help) {

@@ -115,7 +115,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
         o.max_ctx = cfg.n_ctx_train;
     }
 
-    const KvShape shape = model.kv_shape(o.max_seqs);
+    const KvShape shape = model.kv_shape(o.max_seqs, o.kv_type);
     if (o.kv_memory_bytes == 0)
         o.kv_memory_bytes =
             o.max_seqs * VAttentionKv::seq_pages_for_rows(shape, o.kv_page_bytes, o.max_ctx) * o.kv_page_bytes;
@@ -161,7 +161,7 @@ Status Engine::Impl::validate(const GenRequest &req) const {
                               static_cast<long long>(n_prompt), static_cast<long long>(req.max_tokens),
                               static_cast<long long>(opt.max_ctx));
     }
-    const int64_t pages = VAttentionKv::seq_pages_for_rows(model.kv_shape(opt.max_seqs), opt.kv_page_bytes,
+    const int64_t pages = VAttentionKv::seq_pages_for_rows(model.kv_shape(opt.max_seqs, opt.kv_type), opt.kv_page_bytes,
                                                            n_prompt + req.max_tokens);
     if (pages > kv_pages_total) {
         return Status::errorf("prompt (%lld tokens) + max_tokens (%lld) needs %lld KV pages, the whole KV pool has "

@@ -30,6 +30,7 @@
 
 #include "sieve/core/status.h"
 #include "sieve/engine/sampler.h"
+#include "sieve/kernels/cpu/row_type.h"
 
 namespace sieve {
 
@@ -43,6 +44,7 @@ struct EngineOptions {
     int64_t max_batch_tokens = 512; // tokens per forward step
     int64_t kv_memory_bytes = 0;    // KV pool budget (--kv-memory); 0 = enough for max_seqs * max_ctx
     int64_t kv_page_bytes = 64 * 1024;
+    cpu::RowType kv_type = cpu::RowType::f16;  // K/V row type (--cache-type-k/-v); f32 = the oracle
     int max_waiting = 256;          // queue limit; submit() past it fails (HTTP 429/503)
 };
 

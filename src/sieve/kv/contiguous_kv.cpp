@@ -14,9 +14,15 @@ Result<std::unique_ptr<ContiguousKv>> ContiguousKv::create(const KvShape &shape,
                               static_cast<long long>(shape.n_head_kv), static_cast<long long>(shape.head_dim),
                               static_cast<long long>(n_ctx));
     }
-    // Total elements: n_seq * n_layer * n_head_kv * 2 * n_ctx * head_dim, checked step by step.
+    // Total bytes: n_seq * n_layer * n_head_kv * 2 * lane bytes, checked step by step.
+    int64_t lane_bytes = 0;
+    if (__builtin_mul_overflow(n_ctx, shape.row_bytes(), &lane_bytes) || lane_bytes > (INT64_MAX / 8)) {
+        return Status::errorf("KV cache: %lld tokens overflow the address space; lower -c",
+                              static_cast<long long>(n_ctx));
+    }
+    lane_bytes = (lane_bytes + 63) / 64 * 64;
     int64_t total = 2;
-    for (int64_t f : {static_cast<int64_t>(shape.n_seq), shape.n_layer, shape.n_head_kv, n_ctx, shape.head_dim}) {
+    for (int64_t f : {static_cast<int64_t>(shape.n_seq), shape.n_layer, shape.n_head_kv, lane_bytes}) {
         if (__builtin_mul_overflow(total, f, &total) || total > (INT64_MAX / 8)) {
             return Status::errorf("KV cache: %d slots x %lld tokens overflows the address space; lower -c",
                                   shape.n_seq, static_cast<long long>(n_ctx));
@@ -25,14 +31,14 @@ Result<std::unique_ptr<ContiguousKv>> ContiguousKv::create(const KvShape &shape,
     std::unique_ptr<ContiguousKv> kv(new ContiguousKv());
     kv->shape_ = shape;
     kv->n_ctx_ = n_ctx;
-    kv->lane_elems_ = n_ctx * shape.head_dim;
+    kv->lane_bytes_ = lane_bytes;
     const size_t n_lanes = static_cast<size_t>(shape.n_seq * shape.n_layer * shape.n_head_kv);
     try {
         kv->data_.resize(static_cast<size_t>(total));
         if (with_positions) kv->positions_.assign(n_lanes * static_cast<size_t>(n_ctx), 0);
     } catch (const std::bad_alloc &) {
         return Status::errorf("KV cache: cannot allocate %.1f MiB for %d slots x %lld tokens; lower -c",
-                              static_cast<double>(total) * 4.0 / (1 << 20), shape.n_seq,
+                              static_cast<double>(total) / (1 << 20), shape.n_seq,
                               static_cast<long long>(n_ctx));
     }
     kv->n_pos_.assign(static_cast<size_t>(shape.n_seq), 0);
@@ -77,13 +83,13 @@ int64_t ContiguousKv::capacity(int seq) const {
     return n_pos_[static_cast<size_t>(seq)] + (n_ctx_ - most);
 }
 
-float *ContiguousKv::lane(int seq, int64_t layer, int64_t kv_head, int kv) {
+uint8_t *ContiguousKv::lane(int seq, int64_t layer, int64_t kv_head, int kv) {
     const int64_t idx = static_cast<int64_t>(lane_index(seq, layer, kv_head)) * 2 + kv;
-    return data_.data() + idx * lane_elems_;
+    return data_.data() + idx * lane_bytes_;
 }
 
-float *ContiguousKv::k_lane(int seq, int64_t layer, int64_t kv_head) { return lane(seq, layer, kv_head, 0); }
-float *ContiguousKv::v_lane(int seq, int64_t layer, int64_t kv_head) { return lane(seq, layer, kv_head, 1); }
+void *ContiguousKv::k_data(int seq, int64_t layer, int64_t kv_head) { return lane(seq, layer, kv_head, 0); }
+void *ContiguousKv::v_data(int seq, int64_t layer, int64_t kv_head) { return lane(seq, layer, kv_head, 1); }
 
 int32_t *ContiguousKv::positions(int seq, int64_t layer, int64_t kv_head) {
     const size_t l = lane_index(seq, layer, kv_head);
@@ -119,15 +125,15 @@ void ContiguousKv::clear(int seq) {
 Status ContiguousKv::compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep) {
     const size_t l = lane_index(seq, layer, kv_head);
     SIEVE_TRY(kv_check_keep_list(seq, layer, kv_head, rows_[l], keep_rows, n_keep));
-    const int64_t d = shape_.head_dim;
-    float *k = k_lane(seq, layer, kv_head), *v = v_lane(seq, layer, kv_head);
+    const int64_t rb = shape_.row_bytes();
+    uint8_t *k = lane(seq, layer, kv_head, 0), *v = lane(seq, layer, kv_head, 1);
     int32_t *pos = positions(seq, layer, kv_head);
     // keep_rows[i] >= i, so each source row is read before a later destination overwrites it.
     for (int64_t i = 0; i < n_keep; ++i) {
         const int64_t r = keep_rows[i];
         if (r == i) continue;
-        std::memmove(k + i * d, k + r * d, sizeof(float) * static_cast<size_t>(d));
-        std::memmove(v + i * d, v + r * d, sizeof(float) * static_cast<size_t>(d));
+        std::memmove(k + i * rb, k + r * rb, static_cast<size_t>(rb));
+        std::memmove(v + i * rb, v + r * rb, static_cast<size_t>(rb));
         if (pos) pos[i] = pos[r];
     }
     rows_[l] = n_keep;

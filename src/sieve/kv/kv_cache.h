@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/row_type.h"
 
 namespace sieve {
 
@@ -44,6 +45,9 @@ struct KvShape {
     int64_t n_layer = 0;
     int64_t n_head_kv = 0;
     int64_t head_dim = 0;
+    cpu::RowType type = cpu::RowType::f32;  // element type of K and V rows
+
+    int64_t row_bytes() const { return head_dim * cpu::row_type_bytes(type); }
 };
 
 class KvCache {
@@ -61,9 +65,13 @@ public:
     // n_pos(seq) + the smallest room left in any of its lanes.
     virtual int64_t capacity(int seq) const = 0;
 
-    // Lane of (seq, layer, kv head): [n_rows + room, head_dim] f32, row-major.
-    virtual float *k_lane(int seq, int64_t layer, int64_t kv_head) = 0;
-    virtual float *v_lane(int seq, int64_t layer, int64_t kv_head) = 0;
+    // Lane of (seq, layer, kv head): [n_rows + room, head_dim] of shape().type,
+    // row-major (row r at byte r * shape().row_bytes()).
+    virtual void *k_data(int seq, int64_t layer, int64_t kv_head) = 0;
+    virtual void *v_data(int seq, int64_t layer, int64_t kv_head) = 0;
+    // The same lanes as f32 arrays; precondition: shape().type == f32.
+    float *k_lane(int seq, int64_t layer, int64_t kv_head) { return as_f32(k_data(seq, layer, kv_head)); }
+    float *v_lane(int seq, int64_t layer, int64_t kv_head) { return as_f32(v_data(seq, layer, kv_head)); }
     // Optional companion: the position of each row, [n_rows + room] int32,
     // moved with its row by compact(). nullptr when the store was created
     // without positions (the forward pass then does not write them).
@@ -90,6 +98,13 @@ public:
     // keep_rows[h][0 .. n_keep[h]). All lists are checked before any lane
     // moves, so a bad list changes nothing.
     Status compact_layer(int seq, int64_t layer, const int32_t *const *keep_rows, const int64_t *n_keep);
+
+private:
+    float *as_f32(void *p) const {
+        SIEVE_CHECKF(shape().type == cpu::RowType::f32, "KV lanes hold %s rows, not f32: use k_data()/v_data()",
+                     cpu::row_type_name(shape().type));
+        return static_cast<float *>(p);
+    }
 };
 
 // Checks a keep list against a lane of n_rows rows: strictly increasing, in

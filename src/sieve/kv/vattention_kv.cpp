@@ -46,7 +46,7 @@ Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOpt
     kv->headroom_ = opt.headroom_pages;
     kv->pool_ = std::move(pool.value());
     const int64_t pb = kv->pool_->page_bytes();
-    kv->row_bytes_ = s.head_dim * static_cast<int64_t>(sizeof(float));
+    kv->row_bytes_ = s.row_bytes();
     const int64_t n_lanes = static_cast<int64_t>(s.n_seq) * s.n_layer * s.n_head_kv * 2;
     int64_t lane_bytes = 0, total = 0;
     if (__builtin_mul_overflow(opt.max_ctx, kv->row_bytes_, &lane_bytes) || lane_bytes > k_max_reserve_bytes ||
@@ -100,7 +100,7 @@ int64_t VAttentionKv::pages_for_rows(int64_t rows) const {
 }
 
 int64_t VAttentionKv::seq_pages_for_rows(const KvShape &shape, int64_t page_bytes, int64_t n_rows) {
-    const int64_t row_bytes = shape.head_dim * static_cast<int64_t>(sizeof(float));
+    const int64_t row_bytes = shape.row_bytes();
     return shape.n_layer * shape.n_head_kv * 2 * ((n_rows * row_bytes + page_bytes - 1) / page_bytes);
 }
 
@@ -355,12 +355,12 @@ int64_t VAttentionKv::capacity(int seq) const {
     return n_pos_[static_cast<size_t>(seq)] + room;
 }
 
-float *VAttentionKv::k_lane(int seq, int64_t layer, int64_t kv_head) {
-    return reinterpret_cast<float *>(lane_addr(lane_index(seq, layer, kv_head, 0)));
+void *VAttentionKv::k_data(int seq, int64_t layer, int64_t kv_head) {
+    return lane_addr(lane_index(seq, layer, kv_head, 0));
 }
 
-float *VAttentionKv::v_lane(int seq, int64_t layer, int64_t kv_head) {
-    return reinterpret_cast<float *>(lane_addr(lane_index(seq, layer, kv_head, 1)));
+void *VAttentionKv::v_data(int seq, int64_t layer, int64_t kv_head) {
+    return lane_addr(lane_index(seq, layer, kv_head, 1));
 }
 
 int32_t *VAttentionKv::positions(int seq, int64_t layer, int64_t kv_head) {

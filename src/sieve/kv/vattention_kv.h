@@ -3,7 +3,7 @@
 // PagedAttention"). Every lane — one (sequence slot, layer, KV head, K or V) —
 // is a virtual range reserved once for max_ctx rows; physical pages of the
 // PagePool are mapped at its tail as it grows and unmapped as it shrinks.
-// Kernels see a plain contiguous [rows, head_dim] f32 array whose pointer
+// Kernels see a plain contiguous [rows, head_dim] array (f32, f16 or bf16) whose pointer
 // never moves.
 //
 //   virtual:  base ─┬─ lane 0 [ p7 | p2 | p9 | PROT_NONE ............ ]  span bytes
@@ -83,8 +83,8 @@ public:
     // needs set_n_pos() (rollback) or prepare_write() first.
     Status reserve(int seq, int64_t n_pos) override;
     int64_t capacity(int seq) const override;
-    float *k_lane(int seq, int64_t layer, int64_t kv_head) override;
-    float *v_lane(int seq, int64_t layer, int64_t kv_head) override;
+    void *k_data(int seq, int64_t layer, int64_t kv_head) override;
+    void *v_data(int seq, int64_t layer, int64_t kv_head) override;
     int32_t *positions(int seq, int64_t layer, int64_t kv_head) override;
     int64_t n_pos(int seq) const override;
     int64_t n_rows(int seq, int64_t layer, int64_t kv_head) const override;

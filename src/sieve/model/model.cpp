@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sieve/kernels/cpu/matmul_q8.h"
+#include "sieve/kernels/cpu/simd.h"
 #include "sieve/quant/dequant.h"
 
 namespace sieve {
@@ -214,7 +215,9 @@ Status Model::bind() {
     return Status();
 }
 
-KvShape Model::kv_shape(int n_seq) const { return KvShape{n_seq, cfg_.n_layer, cfg_.n_head_kv, cfg_.head_dim}; }
+KvShape Model::kv_shape(int n_seq, cpu::RowType type) const {
+    return KvShape{n_seq, cfg_.n_layer, cfg_.n_head_kv, cfg_.head_dim, type};
+}
 
 std::unique_ptr<Workspace> Model::make_workspace(int64_t max_tokens, int64_t max_outputs) const {
     SIEVE_CHECKF(max_tokens >= 1, "make_workspace: max_tokens = %lld", static_cast<long long>(max_tokens));
@@ -276,6 +279,15 @@ void for_token_ranges(ThreadPool &pool, int64_t n_tokens, F &&fn) {
 
 void add_inplace(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+// One K or V row into its lane, narrowed to the lane's type (round to nearest even).
+void store_row(cpu::RowType type, const float *src, uint8_t *dst, int64_t n) {
+    switch (type) {
+    case cpu::RowType::f32: std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n)); break;
+    case cpu::RowType::f16: cpu::simd::f32_to_f16(src, reinterpret_cast<uint16_t *>(dst), n); break;
+    case cpu::RowType::bf16: cpu::simd::f32_to_bf16(src, reinterpret_cast<uint16_t *>(dst), n); break;
+    }
 }
 
 void add_bias(float *x, const float *bias, int64_t n_rows, int64_t n_cols) {
@@ -344,18 +356,20 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         // Append this run's K/V rows at each lane's own row count (rows are not
         // positions: a compacted lane holds fewer rows than positions):
         //   k_ [t, g, :]  ->  k_lane(s, il, g)[n_past[g] + t - begin, :]
+        const cpu::RowType type = kv.shape().type;
+        const int64_t rb = kv.shape().row_bytes();
         for (int64_t g = 0; g < c.n_head_kv; ++g) {
             const int64_t n_past = kv.n_rows(s, il, g);
-            float *kl = kv.k_lane(s, il, g) + n_past * hd;
-            float *vl = kv.v_lane(s, il, g) + n_past * hd;
+            uint8_t *kl = static_cast<uint8_t *>(kv.k_data(s, il, g)) + n_past * rb;
+            uint8_t *vl = static_cast<uint8_t *>(kv.v_data(s, il, g)) + n_past * rb;
             for (int64_t t = begin; t < end; ++t) {
-                std::memcpy(kl + (t - begin) * hd, ws.k_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
-                std::memcpy(vl + (t - begin) * hd, ws.v_.data() + t * c.kv_dim() + g * hd, sizeof(float) * hd);
+                store_row(type, ws.k_.data() + t * c.kv_dim() + g * hd, kl + (t - begin) * rb, hd);
+                store_row(type, ws.v_.data() + t * c.kv_dim() + g * hd, vl + (t - begin) * rb, hd);
             }
             if (int32_t *pos = kv.positions(s, il, g))
                 for (int64_t t = begin; t < end; ++t) pos[n_past + t - begin] = b.pos[t];
-            ws.k_ptrs_[static_cast<size_t>(g)] = kv.k_lane(s, il, g);
-            ws.v_ptrs_[static_cast<size_t>(g)] = kv.v_lane(s, il, g);
+            ws.k_ptrs_[static_cast<size_t>(g)] = kv.k_data(s, il, g);
+            ws.v_ptrs_[static_cast<size_t>(g)] = kv.v_data(s, il, g);
             ws.n_past_[static_cast<size_t>(g)] = n_past;
         }
         cpu::AttnArgs a;
@@ -365,6 +379,7 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         a.o = ws.att_.data() + begin * c.q_dim();
         a.n_q = n;
         a.n_past_kv = ws.n_past_.data();
+        a.kv_type = type;
         a.n_head = c.n_head;
         a.n_head_kv = c.n_head_kv;
         a.head_dim = hd;

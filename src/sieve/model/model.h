@@ -93,7 +93,7 @@ private:
     AlignedBuffer<float> x_, h_, q_, k_, v_, att_, gate_, up_;  // [max_tokens, ...]
     AlignedBuffer<float> out_x_, logits_;                      // [max_outputs, ...]
     std::vector<int64_t> out_ids_;
-    std::vector<const float *> k_ptrs_, v_ptrs_;                // [n_head_kv]
+    std::vector<const void *> k_ptrs_, v_ptrs_;                 // [n_head_kv]
     std::vector<int64_t> n_past_;                               // [n_head_kv] lane rows before a chunk
 };
 
@@ -124,8 +124,9 @@ public:
     const GgufFile &file() const { return file_; }
     // [head_dim / 2] RoPE angular frequencies after scaling.
     const std::vector<float> &rope_inv_freq() const { return inv_freq_; }
-    // Shape of the KV store this model needs for n_seq sequence slots.
-    KvShape kv_shape(int n_seq) const;
+    // Shape of the KV store this model needs for n_seq sequence slots with
+    // rows of `type` (f32: the oracle; f16: what run / serve / bench default to).
+    KvShape kv_shape(int n_seq, cpu::RowType type = cpu::RowType::f32) const;
     // Bytes of weights the forward pass reads per step (for GB/s reports).
     int64_t weight_bytes() const { return weight_bytes_; }
     // Bytes of weights copied to the huge-page arena at load, and how many of

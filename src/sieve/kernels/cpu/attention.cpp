@@ -40,12 +40,14 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
         const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
         float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);
+        float *kbuf = a.kv_type == RowType::f32 ? nullptr : decode::grow(decode::scratch().rows, 2 * decode::k_blk * d);
         float *part0 = partial + (h0 * n_chunks + c) * part_len;  // head h0 + g at part0 + g * hstride
         decode::init_parts(part0, group, hstride, d);
         for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
             const int64_t nb = std::min(decode::k_blk, j1 - jb);
-            decode::block(a.q + h0 * d, group, a.k[kvh] + jb * d, a.v[kvh] + jb * d, nb, d, a.scale, s, part0,
-                          hstride);
+            const float *kr = attn_rows_f32(a.kv_type, a.k[kvh], jb, nb, d, kbuf);
+            const float *vr = attn_rows_f32(a.kv_type, a.v[kvh], jb, nb, d, kbuf ? kbuf + decode::k_blk * d : nullptr);
+            decode::block(a.q + h0 * d, group, kr, vr, nb, d, a.scale, s, part0, hstride);
         }
     });
     decode::merge(partial, a.n_head, n_chunks, d, a.o, a.lse);

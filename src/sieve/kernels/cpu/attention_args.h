@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/simd.h"
 #include "sieve/kernels/cpu/ops.h"
 
 namespace sieve::cpu {
@@ -26,6 +27,19 @@ inline int64_t attn_max_past(const AttnArgs &a) {
     int64_t m = 0;
     for (int64_t g = 0; g < a.n_head_kv; ++g) m = a.past(g) > m ? a.past(g) : m;
     return m;
+}
+
+// Rows [r0, r0 + n) of a lane as f32: the lane itself for f32 rows, else the
+// rows widened into buf ([n, d] floats, 64-byte aligned when the caller's is):
+// f16/bf16 rows are read from memory at half the bytes and converted in L1.
+inline const float *attn_rows_f32(RowType t, const void *lane, int64_t r0, int64_t n, int64_t d, float *buf) {
+    if (t == RowType::f32) return static_cast<const float *>(lane) + r0 * d;
+    const uint16_t *h = static_cast<const uint16_t *>(lane) + r0 * d;
+    if (t == RowType::f16)
+        simd::f16_to_f32(h, buf, n * d);
+    else
+        simd::bf16_to_f32(h, buf, n * d);
+    return buf;
 }
 
 }  // namespace sieve::cpu

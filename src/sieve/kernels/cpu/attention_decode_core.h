@@ -37,6 +37,7 @@ constexpr int64_t k_blk = 64;
 struct Scratch {
     AlignedBuffer<float> scores;   // per thread: [group * k_blk]
     AlignedBuffer<float> partial;  // calling thread: partials of all tasks
+    AlignedBuffer<float> rows;     // per thread: one block of K and V rows widened to f32 (f16/bf16 lanes)
 };
 inline Scratch &scratch() {
     static thread_local Scratch s;

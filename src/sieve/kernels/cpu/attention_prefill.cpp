@@ -230,6 +230,10 @@ float *tile_scratch(int64_t n) {
     static thread_local AlignedBuffer<float> b;
     return grow(b, n);
 }
+float *rows_scratch(int64_t n) {  // one key tile of K and V widened to f32
+    static thread_local AlignedBuffer<float> b;
+    return grow(b, n);
+}
 float *split_scratch(int64_t n) {  // calling thread only
     static thread_local AlignedBuffer<float> b;
     return grow(b, n);
@@ -262,7 +266,15 @@ void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_
         const bool masked = k0 + nk - 1 > first_lim;
         if (masked)
             for (int64_t r = 0; r < k_rb; ++r) b.rel[r] = static_cast<float>(std::clamp<int64_t>(lim[r] - k0, -1, k_kt));
-        fn(b, a.k[kvh], a.v[kvh], k0, nk, d, masked);
+        if (a.kv_type == RowType::f32) {
+            fn(b, static_cast<const float *>(a.k[kvh]), static_cast<const float *>(a.v[kvh]), k0, nk, d, masked);
+        } else {
+            // f16/bf16 lanes: the tile's K and V rows widened once into L1, then the f32 tile.
+            float *kv_tile = rows_scratch(2 * k_kt * d);
+            const float *kt = attn_rows_f32(a.kv_type, a.k[kvh], k0, nk, d, kv_tile);
+            const float *vt = attn_rows_f32(a.kv_type, a.v[kvh], k0, nk, d, kv_tile + k_kt * d);
+            fn(b, kt, vt, 0, nk, d, masked);
+        }
     }
 }
 

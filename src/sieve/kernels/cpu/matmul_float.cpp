@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "sieve/kernels/cpu/intrin.h"
+#include "sieve/kernels/cpu/simd.h"
 
 #include "sieve/core/aligned.h"
 #include "sieve/core/fp16.h"
@@ -88,26 +89,12 @@ void decode_q6_k_f32(const uint8_t *src, float *dst, int64_t n) {
 // Weight row -> f32; SIMD conversion for F16/BF16/Q6_K, the reference decoder for the rest.
 void decode_row_f32(GgmlType type, const void *src, float *dst, int64_t n) {
     const uint16_t *h = static_cast<const uint16_t *>(src);
-    int64_t i = 0;
     if (type == GgmlType::F32) {
         std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
     } else if (type == GgmlType::F16) {
-#if defined(__AVX512F__)
-        for (; i + 16 <= n; i += 16)
-            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i))));
-#elif defined(__F16C__)
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i))));
-#endif
-        for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+        simd::f16_to_f32(h, dst, n);
     } else if (type == GgmlType::BF16) {
-#if defined(__AVX512F__)
-        for (; i + 16 <= n; i += 16) {
-            const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i)));
-            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-        }
-#endif
-        for (; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+        simd::bf16_to_f32(h, dst, n);
     } else if (type == GgmlType::Q6_K) {
         decode_q6_k_f32(static_cast<const uint8_t *>(src), dst, n);
     } else {

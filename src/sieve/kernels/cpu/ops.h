@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "sieve/core/thread_pool.h"
+#include "sieve/kernels/cpu/row_type.h"
 #include "sieve/quant/types.h"
 
 namespace sieve::cpu {
@@ -84,8 +85,9 @@ void silu_mul(float *gate, const float *up, int64_t n);
 // their true positions in RoPE already; the kernels never see positions.
 struct AttnArgs {
     const float *q = nullptr;          // [n_q, n_head, head_dim]
-    const float *const *k = nullptr;   // n_head_kv pointers, each [n_past(g) + n_q, head_dim]
-    const float *const *v = nullptr;   // n_head_kv pointers, each [n_past(g) + n_q, head_dim]
+    const void *const *k = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type
+    const void *const *v = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type
+    RowType kv_type = RowType::f32;    // element type of K and V rows (f16/bf16 are widened in L1)
     float *o = nullptr;                // [n_q, n_head, head_dim]
     float *lse = nullptr;              // optional [n_head, n_q]: log-sum-exp of scaled scores per row
     int64_t n_q = 0;

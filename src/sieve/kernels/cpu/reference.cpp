@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "sieve/core/fp16.h"
 #include "sieve/kernels/cpu/attention_args.h"
 #include "sieve/kernels/cpu/ops.h"
 #include "sieve/quant/dequant.h"
@@ -23,12 +24,34 @@ void matmul_ref(const WeightView &w, const float *x, int64_t n_tokens, float *y)
     }
 }
 
+namespace {
+
+void widen_rows(RowType t, const void *src, int64_t n, float *dst) {
+    for (int64_t i = 0; i < n; ++i) {
+        const uint16_t *h = static_cast<const uint16_t *>(src);
+        dst[i] = t == RowType::f32 ? static_cast<const float *>(src)[i]
+                 : t == RowType::f16 ? fp16_to_fp32(h[i])
+                                     : bf16_to_fp32(h[i]);
+    }
+}
+
+}  // namespace
+
 void attention_ref(const AttnArgs &a) {
     attn_check_args(a, "attention_ref");
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
     std::vector<double> s(static_cast<size_t>(attn_max_past(a) + a.n_q)), o(static_cast<size_t>(d));
+    // Widen every lane to f32 first (exact), then the plain loops.
+    std::vector<std::vector<float>> kf(static_cast<size_t>(a.n_head_kv)), vf(kf.size());
+    for (int64_t g = 0; g < a.n_head_kv; ++g) {
+        const int64_t n = a.past(g) + a.n_q;
+        kf[static_cast<size_t>(g)].resize(static_cast<size_t>(n * d));
+        vf[static_cast<size_t>(g)].resize(static_cast<size_t>(n * d));
+        widen_rows(a.kv_type, a.k[g], n * d, kf[static_cast<size_t>(g)].data());
+        widen_rows(a.kv_type, a.v[g], n * d, vf[static_cast<size_t>(g)].data());
+    }
     for (int64_t h = 0; h < a.n_head; ++h) {
-        const float *k = a.k[h / group], *v = a.v[h / group];
+        const float *k = kf[static_cast<size_t>(h / group)].data(), *v = vf[static_cast<size_t>(h / group)].data();
         for (int64_t i = 0; i < a.n_q; ++i) {
             const float *q = a.q + (i * a.n_head + h) * d;
             const int64_t n_vis = a.past(h / group) + i + 1;  // causal: rows 0 ..= n_past + i of its lane

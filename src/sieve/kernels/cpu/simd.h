@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "sieve/core/fp16.h"
 #include "sieve/kernels/cpu/intrin.h"
 
 namespace sieve::cpu::simd {
@@ -140,6 +141,51 @@ inline float exp_sub_sum(float *x, float sub, int64_t n) {
     }
     return sum;
 #endif
+}
+
+// ---------------------------------------------------------------------------
+// f16 / bf16 rows <-> f32 (KV rows, F16/BF16 weights). Conversions are exact
+// to f32; the f32 -> f16/bf16 direction rounds to nearest even.
+
+inline void f16_to_f32(const uint16_t *h, float *dst, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i))));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i))));
+#endif
+    for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+}
+
+inline void bf16_to_f32(const uint16_t *h, float *dst, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#endif
+    for (; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+}
+
+inline void f32_to_f16(const float *x, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; ++i) dst[i] = fp32_to_fp16(x[i]);
+}
+
+inline void f32_to_bf16(const float *x, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_bf16(x[i]);
 }
 
 }  // namespace sieve::cpu::simd
