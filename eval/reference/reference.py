@@ -25,10 +25,25 @@ for llama (GGUF converters permute HF's q/k rows for it) and halves
 (i, i + d/2) for qwen2; `rope.freq_base`; `rope_freqs.weight` divisors
 (Llama 3.1+); llama3 and linear `rope.scaling` from metadata.
 
+`forward(..., kv_round="f16" | "bf16")` (`--kv-round`) mirrors sieve's typed
+KV cache (`-ctk f16|bf16`): each K row (after RoPE) and V row is rounded to
+that type, round to nearest even, as it enters the cache, and attention uses
+the rounded values; queries are not rounded. Values pass through float32
+first, as sieve's rows are f32 before it narrows them (f64 -> f32 -> f16 can
+differ from f64 -> f16 only at an exact f16 tie, and the f32 step is what
+sieve does). None (the default) keeps K and V as computed.
+
+`kv_jitter=(eps, rng)` multiplies K and V by (1 + eps N(0, 1)) just before
+that rounding: another realization of the rows an f32 engine computes, whose
+f32 rounding differs from this float64 pass by about eps relative. Roundings
+that sit near an f16 / bf16 rounding boundary then flip; tests/model runs it
+with a few seeds to measure how far those flips alone move the logits.
+
 CLI:
     reference.py MODEL --tokens 1,2,3            # or --tokens-file ids.txt (whitespace-separated)
         [--logits out.npy]                        # logits of every position, [n_tokens, n_vocab]
         [--gen N]                                 # greedy-generate N tokens after the prompt
+        [--kv-round f16|bf16]                     # round K and V rows as sieve's f16 / bf16 KV cache does
 """
 from __future__ import annotations
 
@@ -55,6 +70,38 @@ def round_act_q8(x: np.ndarray) -> np.ndarray:
     inv = np.divide(np.float32(1), e, out=np.zeros_like(e), where=e > 0)
     q = np.rint(xb * inv)
     return (q.astype(np.float64) * e.astype(np.float64)).reshape(n, k).astype(x.dtype)
+
+
+KV_ROUND_TYPES = ("f16", "bf16")
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded to bfloat16 (via float32, round to nearest even), returned as float32.
+
+    The bit trick of sieve's fp32_to_bf16 and of PyTorch: add 0x7fff plus the
+    lowest kept bit, then drop the low 16 bits. NaN stays NaN (quieted)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    rounded = np.where(nan, (bits | np.uint32(0x00400000)) & np.uint32(0xFFFF0000), rounded)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def round_kv(x: np.ndarray, kind: str | None, jitter=None) -> np.ndarray:
+    """A K or V row as sieve's KV cache of row type kind stores it (None: unchanged), in x's dtype.
+
+    jitter (eps, rng): first multiply x by 1 + eps N(0, 1) (see the module docstring)."""
+    if jitter is not None:
+        eps, rng = jitter
+        x = x * (1.0 + eps * rng.standard_normal(x.shape)).astype(x.dtype)
+    if kind is None:
+        return x
+    f32 = x.astype(np.float32)
+    if kind == "f16":
+        return f32.astype(np.float16).astype(x.dtype)  # numpy's half cast rounds to nearest even
+    if kind == "bf16":
+        return round_bf16(f32).astype(x.dtype)
+    raise ValueError(f"kv_round must be one of {KV_ROUND_TYPES} or None, got {kind!r}")
 
 
 @dataclass
@@ -214,11 +261,16 @@ class Reference:
         return [[empty, empty] for _ in range(c.n_layer)]
 
     # ---- forward ---------------------------------------------------------
-    def forward(self, tokens, cache: list, cb=None, act_q8: bool = False) -> np.ndarray:
+    def forward(self, tokens, cache: list, cb=None, act_q8: bool = False, kv_round: str | None = None,
+                kv_jitter=None) -> np.ndarray:
         """Runs tokens after what cache holds; returns logits [n, n_vocab] and extends cache.
 
         act_q8: round activations to 8 bits before products with 32-block
         quantized weights (see the module docstring); a cache must not mix modes.
+        kv_round: "f16" | "bf16" rounds each K (after RoPE) and V row to that
+        type before attention uses it, as sieve's typed KV cache does; None
+        keeps them exact. A cache must not mix modes either. kv_jitter
+        (eps, numpy Generator) perturbs them first (see the module docstring).
 
         cb(name, il, array), if given, sees the intermediates under the names
         sieve's Model uses (attn_norm, q, k, v, kqv_out, attn_out, ffn_inp,
@@ -256,8 +308,10 @@ class Reference:
             cb("q", il, q.reshape(n, -1))
             cb("k", il, k.reshape(n, -1))
             cb("v", il, v.reshape(n, -1))
-            cache[il][0] = np.concatenate([cache[il][0], k])
-            cache[il][1] = np.concatenate([cache[il][1], v])
+            # The cb above sees K and V as computed (sieve dumps them before
+            # its KV store narrows them); attention sees the cached rows.
+            cache[il][0] = np.concatenate([cache[il][0], round_kv(k, kv_round, kv_jitter)])
+            cache[il][1] = np.concatenate([cache[il][1], round_kv(v, kv_round, kv_jitter)])
             keys, vals = cache[il]
             att = np.empty((n, c.n_head, c.head_dim), dtype=self.dtype)
             for hh in range(c.n_head):
@@ -284,21 +338,22 @@ class Reference:
         cb("result_norm", -1, x)
         return self._linear(x, self.output)
 
-    def logits(self, tokens, act_q8: bool = False) -> np.ndarray:
+    def logits(self, tokens, act_q8: bool = False, kv_round: str | None = None, kv_jitter=None) -> np.ndarray:
         """Logits at every position of a prompt, [n_tokens, n_vocab]."""
-        return self.forward(tokens, self.new_cache(), act_q8=act_q8)
+        return self.forward(tokens, self.new_cache(), act_q8=act_q8, kv_round=kv_round, kv_jitter=kv_jitter)
 
-    def generate(self, tokens, n_gen: int, act_q8: bool = False) -> tuple[list[int], np.ndarray]:
+    def generate(self, tokens, n_gen: int, act_q8: bool = False,
+                 kv_round: str | None = None) -> tuple[list[int], np.ndarray]:
         """Greedy: returns n_gen token ids and the logits each was chosen from [n_gen, n_vocab]."""
         cache = self.new_cache()
-        last = self.forward(tokens, cache, act_q8=act_q8)[-1]
+        last = self.forward(tokens, cache, act_q8=act_q8, kv_round=kv_round)[-1]
         out, rows = [], []
         for i in range(n_gen):
             tok = int(np.argmax(last))
             out.append(tok)
             rows.append(last)
             if i + 1 < n_gen:
-                last = self.forward([tok], cache, act_q8=act_q8)[-1]
+                last = self.forward([tok], cache, act_q8=act_q8, kv_round=kv_round)[-1]
         return out, np.array(rows)
 
 
@@ -324,18 +379,20 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     ap.add_argument("--act-q8", action="store_true",
                     help="round activations to 8 bits before products with 32-block quantized weights")
+    ap.add_argument("--kv-round", choices=KV_ROUND_TYPES, default=None,
+                    help="round K (after RoPE) and V rows to this type before attention, as sieve -ctk does")
     args = ap.parse_args(argv)
     ids = _parse_tokens(args)
     ref = Reference(args.model, dtype=np.dtype(args.dtype).type)
     print(f"{ref.cfg.arch}: n_vocab={ref.cfg.n_vocab} n_embd={ref.cfg.n_embd} n_layer={ref.cfg.n_layer} "
           f"n_head={ref.cfg.n_head}/{ref.cfg.n_head_kv} head_dim={ref.cfg.head_dim} "
           f"tied={ref.cfg.tied} bias={ref.cfg.has_bias}", file=sys.stderr)
-    logits = ref.logits(ids, act_q8=args.act_q8)
+    logits = ref.logits(ids, act_q8=args.act_q8, kv_round=args.kv_round)
     if args.logits:
         np.save(args.logits, logits.astype(np.float32))
     print("argmax per position:", " ".join(str(int(i)) for i in logits.argmax(axis=1)))
     if args.gen > 0:
-        gen, _ = ref.generate(ids, args.gen, act_q8=args.act_q8)
+        gen, _ = ref.generate(ids, args.gen, act_q8=args.act_q8, kv_round=args.kv_round)
         print("generated:", " ".join(str(t) for t in gen))
     return 0
 

@@ -2,6 +2,7 @@
 // every position, for comparison with the NumPy reference (test_reference.py).
 //
 //   dump_logits -m MODEL -f PROMPTS [-o LOGITS.f32] [--chunk N] [--gen N] [-t THREADS] [--acts DIR] [--exact]
+//               [-ctk f32|f16|bf16]
 //
 // PROMPTS: one prompt per line, whitespace-separated token ids.
 // All prompts run together, each in its own KV slot, in steps of --chunk
@@ -16,6 +17,9 @@
 // DIR/<name>.<layer>.f32 ([n_rows, n_cols] f32), to diff against the reference.
 // --exact multiplies block-format weights with f32 activations instead of
 // 8-bit ones (cpu::ActPrecision::f32): the exact model up to f32 rounding.
+// -ctk sets the KV rows' type (K and V alike). The default is f32, not the
+// engine's f16: the f32 cache is the oracle mode the reference compares
+// against unless it is told to round K and V the same way (kv_round).
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "sieve/gguf/gguf.h"
+#include "sieve/kernels/cpu/row_type.h"
 #include "sieve/kv/contiguous_kv.h"
 #include "sieve/model/model.h"
 
@@ -38,10 +43,14 @@ struct Args {
     int64_t n_gen = 0;
     int threads = 0;
     bool exact = false;
+    sieve::cpu::RowType kv_type = sieve::cpu::RowType::f32;
 };
 
 int usage() {
-    std::fprintf(stderr, "usage: dump_logits -m MODEL -f PROMPTS [-o LOGITS.f32] [--chunk N] [--gen N] [-t N] [--acts DIR] [--exact]\n");
+    std::fprintf(stderr,
+                 "usage: dump_logits -m MODEL -f PROMPTS [-o LOGITS.f32] [--chunk N] [--gen N] [-t N] "
+                 "[--acts DIR] [--exact]\n"
+                 "                   [-ctk f32|f16|bf16]\n");
     return 2;
 }
 
@@ -119,7 +128,7 @@ Status run(const Args &args) {
     }
     const int64_t chunk = args.chunk > 0 ? args.chunk : longest;
 
-    auto kv = sieve::ContiguousKv::create(m.kv_shape(n_seq), longest + args.n_gen + 1);
+    auto kv = sieve::ContiguousKv::create(m.kv_shape(n_seq, args.kv_type), longest + args.n_gen + 1);
     if (!kv.ok()) return kv.status();
     auto ws = m.make_workspace(std::max<int64_t>(chunk * n_seq, n_seq));
     if (args.exact) ws->act_precision = sieve::cpu::ActPrecision::f32;
@@ -208,6 +217,11 @@ int main(int argc, char **argv) {
             a.acts = argv[++i];
         } else if (arg == "-t" && has_value) {
             a.threads = std::atoi(argv[++i]);
+        } else if (arg == "-ctk" && has_value) {
+            if (!sieve::cpu::row_type_parse(argv[++i], &a.kv_type)) {
+                std::fprintf(stderr, "error: -ctk '%s': expected f32, f16 or bf16\n", argv[i]);
+                return 2;
+            }
         } else {
             return usage();
         }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -161,7 +162,7 @@ protected:
         return out;
     }
 
-    void check_preemption(int64_t batch_tokens);
+    void check_preemption(int64_t batch_tokens, int64_t swap_bytes);
 
     ThreadPool pool_{1};
     std::unique_ptr<GgufFile> file_;
@@ -229,13 +230,15 @@ TEST_F(EngineTest, GreedyOutputIndependentOfBatchComposition) {
 TEST_F(EngineTest, PreemptionKeepsGreedyOutputs) {
     // 64 tokens per step, and 7 so that preemption also hits sequences in the
     // middle of a chunked prefill.
-    for (int64_t batch_tokens : {64, 7}) {
-        SCOPED_TRACE("max_batch_tokens " + std::to_string(batch_tokens));
-        ASSERT_NO_FATAL_FAILURE(check_preemption(batch_tokens));
-    }
+    // Swap space for all of them (swap), and none (recompute).
+    for (int64_t swap_bytes : {int64_t{1} << 30, int64_t{0}})
+        for (int64_t batch_tokens : {64, 7}) {
+            SCOPED_TRACE("max_batch_tokens " + std::to_string(batch_tokens) + " swap " + std::to_string(swap_bytes));
+            ASSERT_NO_FATAL_FAILURE(check_preemption(batch_tokens, swap_bytes));
+        }
 }
 
-void EngineTest::check_preemption(int64_t batch_tokens) {
+void EngineTest::check_preemption(int64_t batch_tokens, int64_t swap_bytes) {
     const KvShape shape = model_->kv_shape(1);
     const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
     const int64_t rows_per_page = 4096 / (shape.head_dim * 4);
@@ -246,6 +249,7 @@ void EngineTest::check_preemption(int64_t batch_tokens) {
     o.kv_page_bytes = 4096;
     o.kv_type = cpu::RowType::f32;  // the page counts below assume f32 rows (32 B)
     o.kv_memory_bytes = 5 * lanes * 4096;
+    o.swap_bytes = swap_bytes;
     auto e = make_engine(o);
     ASSERT_TRUE(e);
     std::vector<GenRequest> reqs;
@@ -256,6 +260,11 @@ void EngineTest::check_preemption(int64_t batch_tokens) {
     const auto together = run_all(*e, reqs);
     ASSERT_EQ(together.size(), reqs.size());
     EXPECT_GT(e->stats().n_preemptions, 0);
+    if (swap_bytes > 0) {
+        EXPECT_EQ(e->stats().n_swap_out, e->stats().n_preemptions);
+    } else {
+        EXPECT_EQ(e->stats().n_swap_out, 0);
+    }
     for (size_t i = 0; i < reqs.size(); ++i) {
         ASSERT_NO_FATAL_FAILURE(expect_well_formed(together[i]));
         EXPECT_EQ(together[i].back().finish_reason, FinishReason::length) << together[i].back().error;
@@ -268,6 +277,134 @@ void EngineTest::check_preemption(int64_t batch_tokens) {
     EXPECT_EQ(s.n_running, 0);
     EXPECT_EQ(s.n_waiting, 0);
     EXPECT_EQ(s.gen_tokens_total, 8 * 60);
+    EXPECT_EQ(s.n_swap_in, s.n_swap_out);
+    EXPECT_EQ(s.swap_bytes_used, 0);
+}
+
+// Test-only policy: after prefill, every lane keeps a fixed pseudo-random
+// subset of its rows that differs per (layer, KV head) — about keep_pct % of
+// them, and always the first and the last — so lanes of one layer end up with
+// different lengths. The choice depends on the rows only, never on the slot,
+// so a request gives the same output alone or among others.
+class DropUnevenPolicy : public KvPolicy {
+public:
+    explicit DropUnevenPolicy(uint32_t keep_pct) : keep_pct_(keep_pct) {}
+    std::string name() const override { return "test-drop-uneven"; }
+    Status after_prefill(const PolicyContext &c) const override {
+        const KvShape &sh = c.kv->shape();
+        for (int64_t il = 0; il < sh.n_layer; ++il) {
+            std::vector<std::vector<int32_t>> keep(static_cast<size_t>(sh.n_head_kv));
+            std::vector<const int32_t *> ptrs;
+            std::vector<int64_t> n_keep;
+            for (int64_t h = 0; h < sh.n_head_kv; ++h) {
+                const int64_t rows = c.kv->n_rows(c.slot, il, h);
+                for (int64_t r = 0; r < rows; ++r) {
+                    const uint32_t x = static_cast<uint32_t>((il * 131 + h * 71 + r) * 2654435761u) >> 7;
+                    if (r == 0 || r + 1 == rows || x % 100 < keep_pct_) keep[static_cast<size_t>(h)].push_back(static_cast<int32_t>(r));
+                }
+                ptrs.push_back(keep[static_cast<size_t>(h)].data());
+                n_keep.push_back(static_cast<int64_t>(keep[static_cast<size_t>(h)].size()));
+            }
+            SIEVE_TRY(c.kv->compact_layer(c.slot, il, ptrs.data(), n_keep.data()));
+        }
+        return Status();
+    }
+
+private:
+    uint32_t keep_pct_;
+};
+
+// Compacted lanes survive preemption: 16 concurrent requests whose lanes a
+// policy compacted unevenly, in a pool that forces preemption while they
+// decode, give each the greedy output it gives alone. Their KV cannot be
+// recomputed, so every preemption swaps; every page and every swap byte
+// comes back.
+TEST_F(EngineTest, CompactedSequencesSwapAndKeepTheirOutputs) {
+    const KvShape shape = model_->kv_shape(1);
+    const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
+    auto policy = std::make_shared<DropUnevenPolicy>(55);
+    std::vector<GenRequest> reqs;
+    for (int i = 0; i < 16; ++i) reqs.push_back(greedy(random_prompt(150 + 9 * i, 700 + static_cast<uint32_t>(i)), 200));
+    EngineOptions o;
+    o.max_seqs = 16;
+    o.max_ctx = 512;
+    o.kv_page_bytes = 4096;
+    o.kv_type = cpu::RowType::f32;  // 128 rows per page: prompts take 2-3 pages per lane, kept rows 1-2
+    o.kv_policy = policy;
+    // Alone: one request at a time in a pool with room to spare.
+    std::vector<std::vector<int32_t>> alone;
+    {
+        auto e = make_engine(o);
+        ASSERT_TRUE(e);
+        for (const GenRequest &r : reqs) alone.push_back(event_tokens(run_all(*e, {r}).at(0)));
+        EXPECT_EQ(e->stats().n_preemptions, 0);
+    }
+    // The policy acts: some request's output differs from the dense model's.
+    int n_differ = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) n_differ += alone[i] != reference_greedy(reqs[i].prompt, 200) ? 1 : 0;
+    EXPECT_GT(n_differ, 0);
+    // Together, in a pool of 4 pages per lane: one prompt's dense peak, or two
+    // or three compacted sequences, which then grow past a page as they decode.
+    o.kv_memory_bytes = 4 * lanes * 4096;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    const auto together = run_all(*e, reqs);
+    ASSERT_EQ(together.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(together[i]));
+        EXPECT_EQ(event_tokens(together[i]), alone[i]) << "request " << i;
+    }
+    e->shutdown(true);
+    const EngineStats s = e->stats();
+    EXPECT_GT(s.n_preemptions, 0);
+    EXPECT_EQ(s.n_swap_out, s.n_preemptions);
+    EXPECT_EQ(s.n_swap_in, s.n_swap_out);
+    EXPECT_EQ(s.swap_bytes_used, 0);
+    EXPECT_EQ(s.kv_pages_used, 0);
+}
+
+// Admission counts what compacted lanes really hold: with a policy keeping
+// ~30% of 300-token prompts, 16 sequences fit a pool in which dense ones
+// could only run a few at a time, they all run together, and no preemption
+// happens (their real need never exceeds the pool).
+TEST_F(EngineTest, CompactionLetsMoreSequencesIn) {
+    const KvShape shape = model_->kv_shape(1);
+    const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
+    std::vector<GenRequest> reqs;
+    // 300-row prompts (3 pages per lane dense); ~30% kept + 25 generated stays in one page.
+    for (int i = 0; i < 16; ++i) reqs.push_back(greedy(random_prompt(300, 900 + static_cast<uint32_t>(i)), 25));
+    EngineOptions o;
+    o.max_seqs = 16;
+    o.max_ctx = 512;
+    o.max_batch_tokens = 256;
+    o.kv_page_bytes = 4096;
+    o.kv_type = cpu::RowType::f32;
+    o.kv_memory_bytes = (16 + 3 + 2) * lanes * 4096;  // every kept lane + one dense prompt + spare
+    const auto max_running = [&](EngineOptions opt) {
+        auto e = make_engine(opt);
+        EXPECT_TRUE(e);
+        Collector c;
+        std::atomic<int> most{0};
+        Engine *ep = e.get();
+        for (const GenRequest &r : reqs) {
+            auto cb = c.callback();
+            auto id = e->submit(r, [&, cb, ep](const GenEvent &ev) {
+                most = std::max(most.load(), ep->stats().n_running);
+                cb(ev);
+            });
+            EXPECT_TRUE(id.ok());
+        }
+        EXPECT_TRUE(c.wait(static_cast<int>(reqs.size())));
+        e->shutdown(true);
+        EXPECT_EQ(e->stats().kv_pages_used, 0);
+        return std::make_pair(most.load(), e->stats().n_preemptions);
+    };
+    const auto dense = max_running(o);
+    o.kv_policy = std::make_shared<DropUnevenPolicy>(28);
+    const auto sparse = max_running(o);
+    EXPECT_EQ(sparse.second, 0) << "a preemption although the pool holds every compacted sequence";
+    EXPECT_GE(sparse.first, 12) << "dense ran " << dense.first << " at most";
+    EXPECT_LE(dense.first, 7);
 }
 
 // Map-ahead: decode steps find their KV rows mapped. Two sequences decode

@@ -1,6 +1,7 @@
 // Randomized stress test of the lane store against a shadow model: 100,000+
-// grow / shrink / compact / share / write / clear / release / trim operations
-// over several slots, layers and heads, with a pool small enough to run dry.
+// grow / shrink / compact / share / write / clear / release / trim / cap /
+// swap operations over several slots, layers and heads, with a pool small
+// enough to run dry.
 // After every operation the accounting is recounted from scratch and the
 // touched slots' rows are compared with the shadow copy; every 64 operations
 // (and after every write to a possibly shared page) all slots are compared,
@@ -54,7 +55,9 @@ public:
         Status st = kv_->reserve(s, n1);
         if (!st.ok()) {
             ++n_refused_;
-            SIEVE_CHECKF(st.message().find("exhausted") != std::string::npos, "%s", st.message().c_str());
+            SIEVE_CHECKF(st.message().find("exhausted") != std::string::npos ||
+                             st.message().find("row cap") != std::string::npos,
+                         "%s", st.message().c_str());
             return;
         }
         for (int64_t il = 0; il < k_layer; ++il)
@@ -141,6 +144,45 @@ public:
         for (int64_t c = 0; c < k_dim; ++c) ref[static_cast<size_t>(r * k_dim + c)] = p[c] = value();
     }
 
+    // Caps a random lane at a random row count >= its rows, or lifts its cap.
+    void cap(int s) {
+        const int64_t il = uniform(0, k_layer - 1), h = uniform(0, k_head - 1);
+        const int64_t rows = kv_->n_rows(s, il, h);
+        kv_->set_lane_cap(s, il, h, uniform(0, 2) == 0 ? 0 : uniform(std::max<int64_t>(rows, 1), k_ctx));
+    }
+
+    // Swaps slot s out to host memory, releases it, and maps the image into a
+    // random empty slot (maybe s again). When the pool cannot take it back the
+    // sequence is gone, as a failed resume would recompute it.
+    void swap(int s) {
+        if (sh_.n_tokens[static_cast<size_t>(s)] == 0) return;
+        KvSwapImage img;
+        ASSERT_TRUE(kv_->swap_out(s, &img).ok());
+        ASSERT_EQ(img.n_bytes(), kv_->swap_bytes(s));
+        kv_->release(s);
+        std::vector<int> empty;
+        for (int t = 0; t < k_seq; ++t)
+            if (t == s || sh_.n_tokens[static_cast<size_t>(t)] == 0) empty.push_back(t);
+        const int dst = empty[static_cast<size_t>(uniform(0, static_cast<int64_t>(empty.size()) - 1))];
+        if (dst != s) forget(dst, true);
+        const int64_t need = kv_->swap_pages(img);
+        Status st = kv_->swap_in(dst, img);
+        if (!st.ok()) {
+            ++n_refused_;
+            ASSERT_GT(need, kv_->pool().n_free()) << st.message();
+            forget(s, true);
+            forget(dst, true);
+            return;
+        }
+        ++n_swapped_;
+        if (dst == s) return;
+        for (int64_t il = 0; il < k_layer; ++il)
+            for (int64_t h = 0; h < k_head; ++h)
+                for (int kv = 0; kv < 2; ++kv) sh_.lane(dst, il, h, kv) = std::move(sh_.lane(s, il, h, kv));
+        sh_.n_tokens[static_cast<size_t>(dst)] = sh_.n_tokens[static_cast<size_t>(s)];
+        forget(s, true);
+    }
+
     void forget(int s, bool now) {
         now ? kv_->release(s) : kv_->clear(s);
         sh_.n_tokens[static_cast<size_t>(s)] = 0;
@@ -165,7 +207,7 @@ public:
     }
 
     void run() {
-        int64_t counts[9] = {};
+        int64_t counts[11] = {};
         for (op_ = 0; op_ < k_ops; ++op_) {
             const int s = static_cast<int>(uniform(0, k_seq - 1));
             const int kind = static_cast<int>(uniform(0, 99));
@@ -185,10 +227,16 @@ public:
                 write(s), full = true, ++counts[4];
             } else if (kind < 86) {
                 forget(s, false), ++counts[5];
-            } else if (kind < 90) {
+            } else if (kind < 89) {
                 forget(s, true), ++counts[6];
-            } else if (kind < 94) {
+            } else if (kind < 91) {
                 kv_->trim(), ++counts[7];
+            } else if (kind < 94) {
+                cap(s), ++counts[9];
+            } else if (kind < 97) {
+                ASSERT_NO_FATAL_FAILURE(swap(s));
+                full = true;
+                ++counts[10];
             } else {
                 ASSERT_TRUE(kv_->map_ahead(s).ok());
                 ++counts[8];
@@ -208,6 +256,7 @@ public:
         EXPECT_GT(n_refused_, 0) << "the pool never ran short: the test does not reach exhaustion";
         EXPECT_GT(kv_->stats().n_cow_pages, 0);
         EXPECT_GT(kv_->stats().n_reclaimed_pages, 0);
+        EXPECT_GT(n_swapped_, 1000);
         for (int t = 0; t < k_seq; ++t) kv_->release(t);
         EXPECT_EQ(kv_->pool().n_free(), kv_->pool().n_pages());
         EXPECT_TRUE(kv_->check_accounting().ok());
@@ -218,6 +267,7 @@ private:
     std::unique_ptr<VAttentionKv> kv_;
     Shadow sh_;
     int64_t n_refused_ = 0;
+    int64_t n_swapped_ = 0;
     int op_ = 0;
 };
 

@@ -65,6 +65,8 @@ void serve_usage(FILE *out) {
                  "  --kv-memory BYTES         KV pool size, e.g. 512MiB (default: enough for\n"
                  "                            --parallel full contexts)\n"
                  "  --kv-page-size BYTES      KV page, a power of two from 4KiB to 2MiB (default: 64KiB)\n"
+                 "  --swap-space BYTES        host memory for preempted sequences' KV (default: 4GiB;\n"
+                 "                            past it a preempted sequence is recomputed)\n"
                  "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
                  "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
                  "  --mmap                    leave the weights in the file mapping (quicker start,\n"
@@ -118,6 +120,7 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
         else if (f == "--max-batch-tokens") SIEVE_TRY(take_int(args, f, 1, int64_t{1} << 20, &o->engine.max_batch_tokens));
         else if (f == "--kv-memory") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_memory_bytes));
         else if (f == "--kv-page-size") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_page_bytes));
+        else if (f == "--swap-space") SIEVE_TRY(take_bytes(args, f, &o->engine.swap_bytes));
         else if (f == "-ctk" || f == "--cache-type-k") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_k));
         else if (f == "-ctv" || f == "--cache-type-v") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_v));
         else if (f == "--max-queue") { SIEVE_TRY(take_int(args, f, 0, 1 << 20, &v)); o->engine.max_waiting = static_cast<int>(v); }

@@ -81,6 +81,7 @@ struct Engine::Impl {
     void loop();
     void step();
     void take_cancels(const std::vector<uint64_t> &ids);
+    bool apply_policy(Sequence &s);
     void abort_all();
     void publish_stats();
 };
@@ -140,7 +141,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     }
     im.ws = model.make_workspace(o.max_batch_tokens, o.max_seqs);
     im.pool = std::make_unique<ThreadPool>(o.n_threads);
-    im.sched = std::make_unique<Scheduler>(*im.kv, o.max_seqs, o.max_batch_tokens);
+    if (o.swap_bytes < 0)
+        return Status::errorf("engine: swap_bytes (--swap-space) must be >= 0, got %lld",
+                              static_cast<long long>(o.swap_bytes));
+    im.sched = std::make_unique<Scheduler>(*im.kv, o.max_seqs, o.max_batch_tokens, o.swap_bytes);
     im.publish_stats();
     im.thread = std::thread([&im] { im.loop(); });
     return e;
@@ -338,6 +342,10 @@ void Engine::Impl::step() {
         Sequence *s = p.seq;
         s->n_computed += p.n_tokens;
         if (!p.wants_logits) continue;
+        if (!apply_policy(*s)) {
+            ++row;
+            continue;
+        }
         SIEVE_CHECKF(row < ws->n_outputs(), "logits row %lld of %lld", static_cast<long long>(row),
                      static_cast<long long>(ws->n_outputs()));
         const float *logits = ws->logits() + row * n_vocab;
@@ -366,13 +374,39 @@ void Engine::Impl::step() {
     kv_map_us_ahead += kv->stats().map_us - before.map_us;
 }
 
+// Step 5 (engine.h): the policy's after-prefill point, once per computed KV,
+// when the step that completed the sequence's uncomputed tokens was its
+// prefill. False when the policy failed: the request is finished with the
+// error and removed.
+bool Engine::Impl::apply_policy(Sequence &s) {
+    if (!opt.kv_policy || s.policy_applied) return true;
+    s.policy_applied = true;
+    PolicyContext ctx;
+    ctx.kv = kv.get();
+    ctx.slot = s.slot;
+    ctx.request_id = s.id;
+    ctx.n_prompt = s.n_computed;
+    Status st = opt.kv_policy->after_prefill(ctx);
+    if (st.ok()) return true;
+    SIEVE_LOG_ERROR("engine: KV policy %s failed for request %llu: %s", opt.kv_policy->name().c_str(),
+                    static_cast<unsigned long long>(s.id), st.message().c_str());
+    SequencePtr done = sched->remove_running(&s);
+    done->cb(output_final_event(*done, FinishReason::error, "KV policy failed: " + st.message()));
+    return false;
+}
+
 void Engine::Impl::publish_stats() {
     EngineStats s;
     s.n_running = static_cast<int>(sched->running().size());
     s.n_waiting = static_cast<int>(sched->waiting().size());
     s.kv_pages_total = sched->pages_total();
     s.kv_pages_used = sched->pages_used();
+    s.kv_page_bytes = opt.kv_page_bytes;
     s.n_preemptions = sched->n_preemptions();
+    s.n_swap_out = sched->n_swap_out();
+    s.n_swap_in = sched->n_swap_in();
+    s.swap_bytes_used = sched->swap_used();
+    s.swap_bytes_total = sched->swap_limit();
     s.prompt_tokens_total = prompt_tokens_total;
     s.gen_tokens_total = gen_tokens_total;
     s.n_steps = n_steps;

@@ -8,12 +8,18 @@
 // per step over all scheduled tokens.
 //
 // One step:
-//   1. admit waiting requests while free KV pages cover them;
+//   1. admit waiting requests while free KV pages cover them (a swapped one
+//      gets its KV image mapped back first);
 //   2. schedule: decode tokens first, then prefill chunks (chunked prefill);
-//   3. reserve KV; on exhaustion preempt the newest running sequence (free its
-//      pages, put it back at the front of the queue to recompute later);
+//   3. reserve KV; on exhaustion preempt the newest running sequence: swap
+//      its KV to host memory while the swap space has room, else free its
+//      pages to recompute later; either way it goes back to the front of the
+//      queue;
 //   4. forward;
-//   5. sample per sequence with its own parameters, detokenize, check stop
+//   5. the KV policy's after-prefill point for every sequence whose prompt
+//      just completed (score, choose rows, compact: the freed pages return
+//      to the pool before the next step is planned);
+//   6. sample per sequence with its own parameters, detokenize, check stop
 //      conditions, emit events; free finished and cancelled sequences.
 //
 // Threading: submit()/cancel()/stats() are called from any thread (the HTTP
@@ -31,6 +37,7 @@
 #include "sieve/core/status.h"
 #include "sieve/engine/sampler.h"
 #include "sieve/kernels/cpu/row_type.h"
+#include "sieve/sparse/policy.h"
 
 namespace sieve {
 
@@ -45,6 +52,8 @@ struct EngineOptions {
     int64_t kv_memory_bytes = 0;    // KV pool budget (--kv-memory); 0 = enough for max_seqs * max_ctx
     int64_t kv_page_bytes = 64 * 1024;
     cpu::RowType kv_type = cpu::RowType::f16;  // K/V row type (--cache-type-k/-v); f32 = the oracle
+    KvPolicyPtr kv_policy;                     // null = dense (keep every row)
+    int64_t swap_bytes = int64_t{4} << 30;     // host memory for preempted sequences' KV (--swap-space); 0 = recompute only
     int max_waiting = 256;          // queue limit; submit() past it fails (HTTP 429/503)
 };
 
@@ -82,7 +91,12 @@ struct EngineStats {
     int n_waiting = 0;
     int64_t kv_pages_total = 0;
     int64_t kv_pages_used = 0;           // mapped for live sequences (cached pages of finished ones count as free)
-    int64_t n_preemptions = 0;
+    int64_t kv_page_bytes = 0;
+    int64_t n_preemptions = 0;           // swapped + recomputed
+    int64_t n_swap_out = 0;              // preemptions that swapped the KV to host memory
+    int64_t n_swap_in = 0;
+    int64_t swap_bytes_used = 0;         // host bytes held by swapped sequences now
+    int64_t swap_bytes_total = 0;        // the swap space
     int64_t prompt_tokens_total = 0;     // counters since start
     int64_t gen_tokens_total = 0;
     int64_t n_steps = 0;

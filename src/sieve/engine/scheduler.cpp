@@ -6,8 +6,8 @@
 
 namespace sieve {
 
-Scheduler::Scheduler(KvSpace &kv, int max_seqs, int64_t max_batch_tokens)
-    : kv_(kv), max_batch_tokens_(max_batch_tokens) {
+Scheduler::Scheduler(KvSpace &kv, int max_seqs, int64_t max_batch_tokens, int64_t swap_limit)
+    : kv_(kv), max_batch_tokens_(max_batch_tokens), swap_limit_(swap_limit) {
     // Lowest slot first (popped from the back).
     for (int i = max_seqs - 1; i >= 0; --i) free_slots_.push_back(i);
 }
@@ -17,13 +17,36 @@ int64_t Scheduler::pages_missing(const Sequence &s, int64_t n_pos) const {
     return kv_.pages_to_reserve(s.slot, n_pos);
 }
 
+void Scheduler::drop_image(Sequence &s) {
+    if (!s.swapped) return;
+    swap_used_ -= s.swapped->n_bytes();
+    s.swapped.reset();
+}
+
+void Scheduler::resume(Sequence &s) {
+    Status st = kv_.swap_in(s.slot, *s.swapped);
+    if (st.ok()) {
+        ++n_swap_in_;
+    } else {
+        SIEVE_LOG_WARN("engine: swap-in of request %llu failed (%s); recomputing it",
+                       static_cast<unsigned long long>(s.id), st.message().c_str());
+        s.n_computed = 0;
+        s.policy_applied = false;
+    }
+    drop_image(s);
+}
+
 void Scheduler::admit() {
     // Pages not yet promised: running prefills will still map theirs.
     int64_t avail = kv_.n_free_pages();
     for (const SequencePtr &r : running_) avail -= pages_missing(*r, r->n_total());
     while (!waiting_.empty() && !free_slots_.empty()) {
         Sequence &s = *waiting_.front();
-        const int64_t need = kv_.seq_pages_for_rows(s.n_total());
+        // A swapped sequence needs the pages of what its lanes held; a fresh
+        // or recomputed one its dense prompt (the peak, held while it is
+        // prefilled; a policy compacts it right after, and later answers of
+        // the store count what the lanes really keep).
+        const int64_t need = s.swapped ? kv_.swap_pages(*s.swapped) : kv_.seq_pages_for_rows(s.n_total());
         // One page per lane spare so running decodes can grow a little before
         // the newcomer forces a preemption. Alone, a sequence always fits:
         // submit() rejects prompt + max_tokens beyond the pool.
@@ -32,6 +55,7 @@ void Scheduler::admit() {
         avail -= need;
         s.slot = free_slots_.back();
         free_slots_.pop_back();
+        if (s.swapped) resume(s);
         running_.push_back(std::move(waiting_.front()));
         waiting_.pop_front();
     }
@@ -48,10 +72,34 @@ void Scheduler::preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget)
     SIEVE_LOG_DEBUG("engine: preempting request %llu (%lld of %lld tokens computed, slot %d)",
                     static_cast<unsigned long long>(victim->id), static_cast<long long>(victim->n_computed),
                     static_cast<long long>(victim->n_total()), victim->slot);
+    // Swap when the image fits the swap space: on a CPU a swap is a memcpy at
+    // memory bandwidth, far cheaper than re-running the prefill, and it is the
+    // only way back for lanes a policy compacted. Otherwise recompute: the
+    // prefill re-runs prompt + generated tokens densely and the policy acts
+    // again at its end (for a compacted sequence that is a different KV than
+    // it had; docs/architecture.md).
+    const int64_t bytes = victim->n_computed > 0 ? kv_.swap_bytes(victim->slot) : 0;
+    bool swapped = false;
+    if (bytes > 0 && swap_used_ + bytes <= swap_limit_) {
+        auto img = std::make_unique<KvSwapImage>();
+        Status st = kv_.swap_out(victim->slot, img.get());
+        if (st.ok()) {
+            swap_used_ += img->n_bytes();
+            victim->swapped = std::move(img);
+            swapped = true;
+            ++n_swap_out_;
+        } else {
+            SIEVE_LOG_WARN("engine: swap-out of request %llu failed (%s); it will be recomputed",
+                           static_cast<unsigned long long>(victim->id), st.message().c_str());
+        }
+    }
     kv_.release(victim->slot);
     free_slots_.push_back(victim->slot);
     victim->slot = -1;
-    victim->n_computed = 0;
+    if (!swapped) {
+        victim->n_computed = 0;
+        victim->policy_applied = false;
+    }
     waiting_.push_front(std::move(victim));
     ++n_preemptions_;
 }
@@ -145,6 +193,7 @@ SequencePtr Scheduler::remove_waiting(uint64_t id) {
     if (it == waiting_.end()) return nullptr;
     SequencePtr out = std::move(*it);
     waiting_.erase(it);
+    drop_image(*out);
     return out;
 }
 

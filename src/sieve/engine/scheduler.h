@@ -48,7 +48,8 @@ struct FailedSeq {
 
 class Scheduler {
 public:
-    Scheduler(KvSpace &kv, int max_seqs, int64_t max_batch_tokens);
+    // swap_limit: host bytes preempted sequences' KV images may take.
+    Scheduler(KvSpace &kv, int max_seqs, int64_t max_batch_tokens, int64_t swap_limit);
 
     void add_waiting(SequencePtr s) { waiting_.push_back(std::move(s)); }
 
@@ -59,8 +60,10 @@ public:
     //   2. decode tokens of running sequences, then prefill chunks, within the
     //      token budget; each reservation is made in the store right away;
     //   3. when the pool lacks pages for a reservation, preempt the newest
-    //      running sequence (release its pages, n_computed = 0, front of the
-    //      waiting queue) and retry.
+    //      running sequence and retry: its KV goes to a host image when the
+    //      swap space has room (it resumes with n_computed unchanged), else its
+    //      pages are released and n_computed = 0 (recompute); either way it
+    //      goes to the front of the waiting queue.
     // Sequences that cannot run even alone come back in *failed.
     std::vector<ScheduledSeq> schedule(std::vector<FailedSeq> *failed);
 
@@ -78,6 +81,10 @@ public:
     const std::vector<SequencePtr> &running() const { return running_; }
     const std::deque<SequencePtr> &waiting() const { return waiting_; }
     int64_t n_preemptions() const { return n_preemptions_; }
+    int64_t n_swap_out() const { return n_swap_out_; }
+    int64_t n_swap_in() const { return n_swap_in_; }
+    int64_t swap_used() const { return swap_used_; }
+    int64_t swap_limit() const { return swap_limit_; }
     int64_t pages_used() const { return kv_.n_total_pages() - kv_.n_free_pages(); }
     int64_t pages_total() const { return kv_.n_total_pages(); }
 
@@ -85,6 +92,11 @@ private:
     // Pages the store must still map for s to reach position n_pos.
     int64_t pages_missing(const Sequence &s, int64_t n_pos) const;
     void admit();
+    // Maps a swapped sequence's image into its new slot; on failure falls
+    // back to recomputing it.
+    void resume(Sequence &s);
+    // Drops a sequence's swap image (cancel, recompute), returning its bytes.
+    void drop_image(Sequence &s);
     void preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget);
     // Plans n tokens for s; preempts while the pool is short. False when s
     // itself was preempted or failed.
@@ -97,6 +109,9 @@ private:
     std::vector<SequencePtr> running_;  // admission order: newest last
     std::vector<int> free_slots_;
     int64_t n_preemptions_ = 0;
+    int64_t n_swap_out_ = 0, n_swap_in_ = 0;
+    int64_t swap_used_ = 0;
+    int64_t swap_limit_ = 0;
 };
 
 }  // namespace sieve

@@ -9,7 +9,9 @@
 //              |<------ n_computed ------>|          KV in the store
 //              |<---------------- n_total() ------->|
 //
-// Preemption frees the KV and sets n_computed = 0 but keeps the generated
+// Preemption either swaps the KV to host memory (the sequence resumes with
+// n_computed unchanged once its image is mapped back) or, when the swap space
+// is full, frees the KV and sets n_computed = 0 but keeps the generated
 // tokens: the recompute prefill covers prompt + generated, so sampling resumes
 // exactly where it stopped (the sampler keeps its history and PRNG state).
 #pragma once
@@ -21,6 +23,7 @@
 #include "sieve/engine/engine.h"
 #include "sieve/engine/sampler.h"
 #include "sieve/engine/stop_matcher.h"
+#include "sieve/kv/kv_space.h"
 #include "sieve/tokenizer/tokenizer.h"
 
 namespace sieve {
@@ -49,6 +52,8 @@ struct Sequence {
     int64_t n_computed = 0;       // tokens whose KV is in the store
     int slot = -1;                // KV slot while running, -1 while waiting
     bool prompt_counted = false;  // prompt tokens added to the stats once
+    bool policy_applied = false;  // the KV policy's after-prefill point ran on the current KV
+    std::unique_ptr<KvSwapImage> swapped;  // KV in host memory while preempted by a swap
     Sampler sampler;
     StreamDetokenizer detok;
     StopMatcher stop;

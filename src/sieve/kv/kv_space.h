@@ -10,10 +10,24 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "sieve/core/status.h"
 
 namespace sieve {
+
+// One slot's KV copied to host memory (kv/kv_swap.h): what lets a sequence
+// whose lanes a policy compacted be preempted and resumed unchanged.
+//
+//   bytes:  [ lane (layer 0, head 0): K rows | V rows | positions ] [ lane (0, 1) ... ] ...
+struct KvSwapImage {
+    int64_t n_pos = 0;
+    std::vector<int64_t> rows;   // per (layer, kv head), K and V alike
+    std::vector<uint8_t> bytes;  // every lane's K rows, V rows, then positions (if the store keeps them)
+    bool with_positions = false;
+
+    int64_t n_bytes() const { return static_cast<int64_t>(bytes.size()); }
+};
 
 class KvSpace {
 public:
@@ -36,6 +50,17 @@ public:
     virtual void release(int seq) = 0;
     // Rows a lane can ever hold.
     virtual int64_t max_ctx() const = 0;
+
+    // ---- swap (preemption without recompute) ----
+    // Host bytes swap_out(seq) would take.
+    virtual int64_t swap_bytes(int seq) const = 0;
+    // Copies slot seq into *out; the slot is unchanged (the caller releases it).
+    virtual Status swap_out(int seq, KvSwapImage *out) = 0;
+    // Pool pages swap_in(img) needs.
+    virtual int64_t swap_pages(const KvSwapImage &img) const = 0;
+    // Maps img into the empty slot seq (rows, positions, n_pos); on an error
+    // the slot is released again.
+    virtual Status swap_in(int seq, const KvSwapImage &img) = 0;
 };
 
 }  // namespace sieve

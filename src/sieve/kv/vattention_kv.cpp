@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "sieve/core/timer.h"
+#include "sieve/kv/kv_swap.h"
 
 namespace sieve {
 
@@ -335,6 +336,11 @@ int64_t VAttentionKv::pages_to_reserve(int seq, int64_t n_pos) const {
     return need;
 }
 
+int64_t VAttentionKv::swap_bytes(int seq) const { return kv_swap_bytes(*this, seq); }
+Status VAttentionKv::swap_out(int seq, KvSwapImage *out) { return kv_swap_out(*this, seq, out); }
+int64_t VAttentionKv::swap_pages(const KvSwapImage &img) const { return kv_swap_pages(*this, img); }
+Status VAttentionKv::swap_in(int seq, const KvSwapImage &img) { return kv_swap_in(*this, seq, img); }
+
 int64_t VAttentionKv::seq_mapped_pages(int seq) const {
     check_slot(seq);
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
@@ -416,7 +422,7 @@ int64_t VAttentionKv::lane_capacity(int seq, int64_t layer, int64_t kv_head) con
                      rows_in_pages(static_cast<int64_t>(lanes_[lk + 1].pages.size())), lane_max_rows(lanes_[lk])});
 }
 
-Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows) {
+Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows, bool headroom) {
     const size_t lk = lane_index(seq, layer, kv_head, 0);
     SIEVE_CHECKF(n_rows >= 0, "reserve_lane(%d, %lld, %lld, %lld)", seq, static_cast<long long>(layer),
                  static_cast<long long>(kv_head), static_cast<long long>(n_rows));
@@ -434,7 +440,7 @@ Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64
         const int64_t rows = lanes_[l].rows;
         if (n_rows <= rows) continue;
         const int64_t need = pages_for_rows(n_rows);
-        SIEVE_TRY(grow_lane(l, need, need + headroom_, seq, true));
+        SIEVE_TRY(grow_lane(l, need, need + (headroom ? headroom_ : 0), seq, true));
         SIEVE_TRY(unshare_rows(l, rows, n_rows, seq));
     }
     if (!positions_.empty() && positions_[lk / 2].size() < static_cast<size_t>(n_rows))
@@ -453,6 +459,12 @@ void VAttentionKv::set_lane_cap(int seq, int64_t layer, int64_t kv_head, int64_t
                                 std::min<int64_t>(static_cast<int64_t>(lanes_[l].pages.size()),
                                                   pages_for_rows(lane_max_rows(lanes_[l])))));
     }
+}
+
+void VAttentionKv::set_slot_n_pos(int seq, int64_t n_pos) {
+    check_slot(seq);
+    SIEVE_CHECKF(n_pos >= 0, "set_slot_n_pos(%d, %lld)", seq, static_cast<long long>(n_pos));
+    n_pos_[static_cast<size_t>(seq)] = n_pos;
 }
 
 int64_t VAttentionKv::lane_cap(int seq, int64_t layer, int64_t kv_head) const {
@@ -532,6 +544,7 @@ Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_rows) {
             return st;
         }
         dst.rows = n_rows;
+        dst.cap = 0;  // a new sequence in the slot: caps belong to the one before
         if (!positions_.empty() && i % 2 == 0) {
             const std::vector<int32_t> &sp = positions_[ls / 2];
             positions_[ld / 2].assign(sp.begin(), sp.begin() + n_rows);

@@ -100,13 +100,23 @@ public:
     // Rows the lane can hold before it needs more pages.
     int64_t lane_capacity(int seq, int64_t layer, int64_t kv_head) const;
     // Makes rows [n_rows, n_rows) of the K and V lanes writable.
-    Status reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows);
+    // headroom = false maps exactly what the rows need (a swap-in, whose
+    // page count the scheduler checked, must not let early lanes' headroom
+    // starve later lanes).
+    Status reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows, bool headroom = true);
     // Precondition: n <= lane_capacity. Does not change the slot's n_pos().
     void set_lane_rows(int seq, int64_t layer, int64_t kv_head, int64_t n);
-    // Caps the lane at cap rows (0 = no cap, the default; clear() removes it):
+    // Caps the lane at cap rows (0 = no cap, the default; clear(), release()
+    // and share_prefix() into the slot remove it):
     // reserve() refuses rows past it with an error, map-ahead never maps
     // pages for them. Pages already mapped past the cap are unmapped.
     void set_lane_cap(int seq, int64_t layer, int64_t kv_head, int64_t cap);
+    // Sets the slot's next position without touching its lanes (a swap-in
+    // restores rows lane by lane, then the position).
+    void set_slot_n_pos(int seq, int64_t n_pos);
+    bool has_positions() const { return !positions_.empty(); }
+    // Pool pages of one lane pair (K + V) holding n_rows rows.
+    int64_t lane_pair_pages(int64_t n_rows) const { return 2 * pages_for_rows(n_rows); }
     int64_t lane_cap(int seq, int64_t layer, int64_t kv_head) const;
 
     // ---- sharing ----
@@ -139,6 +149,10 @@ public:
     int64_t seq_mapped_pages(int seq) const override;
     int64_t n_free_pages() const override { return pool_->n_free(); }
     int64_t n_total_pages() const override { return pool_->n_pages(); }
+    int64_t swap_bytes(int seq) const override;
+    Status swap_out(int seq, KvSwapImage *out) override;
+    int64_t swap_pages(const KvSwapImage &img) const override;
+    Status swap_in(int seq, const KvSwapImage &img) override;
     // seq_pages_for_rows() for a store not created yet (sizing its pool).
     static int64_t seq_pages_for_rows(const KvShape &shape, int64_t page_bytes, int64_t n_rows);
     const PagePool &pool() const { return *pool_; }

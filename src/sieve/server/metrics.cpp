@@ -77,8 +77,18 @@ std::string ServerMetrics::render(const EngineStats *s) const {
     gauge(&out, "sieve:kv_pages_used", "gauge", "KV pool pages mapped for live sequences.",
           static_cast<double>(st.kv_pages_used));
     gauge(&out, "sieve:kv_pages_total", "gauge", "KV pool pages in all.", static_cast<double>(st.kv_pages_total));
+    gauge(&out, "sieve:kv_bytes_used", "gauge", "Bytes of the KV pool mapped for live sequences.",
+          static_cast<double>(st.kv_pages_used) * static_cast<double>(st.kv_page_bytes));
     gauge(&out, "sieve:num_preemptions_total", "counter", "Sequences preempted for lack of KV pages.",
           static_cast<double>(st.n_preemptions));
+    gauge(&out, "sieve:kv_swap_out_total", "counter", "Preemptions that copied the sequence's KV to host memory.",
+          static_cast<double>(st.n_swap_out));
+    gauge(&out, "sieve:kv_swap_in_total", "counter", "Swapped sequences whose KV was mapped back.",
+          static_cast<double>(st.n_swap_in));
+    gauge(&out, "sieve:kv_swap_bytes_used", "gauge", "Host bytes held by swapped sequences' KV.",
+          static_cast<double>(st.swap_bytes_used));
+    gauge(&out, "sieve:kv_swap_bytes_total", "gauge", "The swap space (--swap-space).",
+          static_cast<double>(st.swap_bytes_total));
     gauge(&out, "sieve:prompt_tokens_total", "counter", "Prompt tokens processed.",
           static_cast<double>(st.prompt_tokens_total));
     gauge(&out, "sieve:generation_tokens_total", "counter", "Tokens generated.",
