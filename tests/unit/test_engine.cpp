@@ -732,3 +732,48 @@ TEST_F(EngineTest, ShutdownWithoutDrainCancelsEverything) {
 
 }  // namespace
 }  // namespace sieve
+
+namespace sieve {
+namespace {
+
+// Evaluation hooks: teacher forcing yields exactly the forced tokens; the
+// logits hook sees one [n_vocab] row per generated token, and those rows are
+// the oracle's (forced prefix, greedy argmax checked at every step); the
+// prefilled hook sees the dense lanes once, holding the prompt.
+TEST_F(EngineTest, TeacherForcingAndLogitsHooks) {
+    auto e = make_engine(EngineOptions{});
+    ASSERT_TRUE(e);
+    GenRequest r = greedy(random_prompt(37, 4242), 12);
+    r.forced_tokens = random_prompt(12, 4343);
+    std::vector<std::vector<float>> rows;
+    std::vector<int64_t> lane_rows;
+    int n_prefilled = 0;
+    r.on_logits = [&](const float *l, int64_t n) { rows.emplace_back(l, l + n); };
+    r.on_prefilled = [&](const KvCache &kv, int slot) {
+        ++n_prefilled;
+        for (int64_t il = 0; il < kv.shape().n_layer; ++il)
+            for (int64_t h = 0; h < kv.shape().n_head_kv; ++h) lane_rows.push_back(kv.n_rows(slot, il, h));
+    };
+    const auto evs = run_all(*e, {r}).at(0);
+    ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs));
+    EXPECT_EQ(event_tokens(evs), r.forced_tokens);
+    ASSERT_EQ(rows.size(), 12u);
+    EXPECT_EQ(n_prefilled, 1);
+    for (int64_t n : lane_rows) EXPECT_EQ(n, 37);
+    // Step i's logits are those after prompt + forced[0 .. i): the argmax of
+    // the last row equals the oracle's greedy token after that prefix.
+    std::vector<int32_t> prefix = r.prompt;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const int32_t best = static_cast<int32_t>(std::max_element(rows[i].begin(), rows[i].end()) - rows[i].begin());
+        EXPECT_EQ(best, reference_greedy(prefix, 1).at(0)) << "step " << i;
+        prefix.push_back(r.forced_tokens[i]);
+    }
+    GenRequest bad = greedy(random_prompt(5, 1), 4);
+    bad.forced_tokens = {1, 2};
+    auto id = e->submit(bad, [](const GenEvent &) {});
+    ASSERT_FALSE(id.ok());
+    EXPECT_NE(id.status().message().find("forced_tokens"), std::string::npos) << id.status().message();
+}
+
+}  // namespace
+}  // namespace sieve

@@ -157,6 +157,15 @@ Status Engine::Impl::validate(const GenRequest &req) const {
         if (req.prompt[i] < 0 || req.prompt[i] >= n_vocab)
             return Status::errorf("prompt token %zu is %d: token ids must be in [0, %d)", i, req.prompt[i], n_vocab);
     }
+    if (!req.forced_tokens.empty()) {
+        if (static_cast<int64_t>(req.forced_tokens.size()) < req.max_tokens)
+            return Status::errorf("forced_tokens has %zu tokens, max_tokens is %lld: force every generated token",
+                                  req.forced_tokens.size(), static_cast<long long>(req.max_tokens));
+        for (size_t i = 0; i < req.forced_tokens.size(); ++i)
+            if (req.forced_tokens[i] < 0 || req.forced_tokens[i] >= n_vocab)
+                return Status::errorf("forced token %zu is %d: token ids must be in [0, %d)", i,
+                                      req.forced_tokens[i], n_vocab);
+    }
     if (req.max_tokens < 1)
         return Status::errorf("max_tokens must be >= 1, got %lld", static_cast<long long>(req.max_tokens));
     if (req.max_tokens > opt.max_ctx || n_prompt + req.max_tokens > opt.max_ctx) {
@@ -379,15 +388,22 @@ void Engine::Impl::step() {
 // prefill. False when the policy failed: the request is finished with the
 // error and removed.
 bool Engine::Impl::apply_policy(Sequence &s) {
-    if (!opt.kv_policy || s.policy_applied) return true;
+    if (s.policy_applied) return true;
     s.policy_applied = true;
+    if (!opt.kv_policy) {
+        if (s.req.on_prefilled) s.req.on_prefilled(*kv, s.slot);
+        return true;
+    }
     PolicyContext ctx;
     ctx.kv = kv.get();
     ctx.slot = s.slot;
     ctx.request_id = s.id;
     ctx.n_prompt = s.n_computed;
     Status st = opt.kv_policy->after_prefill(ctx);
-    if (st.ok()) return true;
+    if (st.ok()) {
+        if (s.req.on_prefilled) s.req.on_prefilled(*kv, s.slot);
+        return true;
+    }
     SIEVE_LOG_ERROR("engine: KV policy %s failed for request %llu: %s", opt.kv_policy->name().c_str(),
                     static_cast<unsigned long long>(s.id), st.message().c_str());
     SequencePtr done = sched->remove_running(&s);

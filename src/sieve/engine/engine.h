@@ -67,6 +67,16 @@ struct GenRequest {
     std::vector<std::string> stop;      // stop strings (not included in the output)
     bool ignore_eos = false;
     int32_t n_logprobs = -1;            // -1: none; 0..20: chosen token's logprob + that many alternatives
+
+    // Evaluation hooks (sieve eval); both run on the engine thread and must not block.
+    // Teacher forcing: when non-empty, generated token i is forced_tokens[i]
+    // instead of the sampled one (needs forced_tokens.size() >= max_tokens).
+    std::vector<int32_t> forced_tokens;
+    // The next-token logits [n_vocab] of every step that yields a token, before sampling.
+    std::function<void(const float *logits, int64_t n_vocab)> on_logits;
+    // Once the prompt is in the KV and the policy has acted: the lanes as they
+    // are kept (rows per layer and head), before the first generated token.
+    std::function<void(const KvCache &kv, int slot)> on_prefilled;
 };
 
 // One thing that happened to a request, delivered in order.

@@ -6,7 +6,10 @@ GenEvent output_next_token(Sequence &s, const float *logits, const Tokenizer &to
     GenEvent ev;
     ev.request_id = s.id;
 
-    const int32_t t = s.sampler.sample(logits);
+    if (s.req.on_logits) s.req.on_logits(logits, s.sampler.n_vocab());
+    const int32_t sampled = s.sampler.sample(logits);
+    const size_t i_gen = static_cast<size_t>(s.n_gen());
+    const int32_t t = i_gen < s.req.forced_tokens.size() ? s.req.forced_tokens[i_gen] : sampled;
     ev.tokens.push_back(t);
     if (s.req.n_logprobs >= 0) {
         ev.logprobs.push_back({t, s.sampler.logprob(t)});
