@@ -20,10 +20,10 @@
 
 namespace sieve::cpu {
 
-void attention_decode(const AttnArgs &a, ThreadPool &pool) {
-    attn_check_args(a, "attention_decode");
-    SIEVE_CHECKF(a.n_q == 1, "attention_decode: n_q = %lld, expected 1 (use attention_prefill)",
-                 static_cast<long long>(a.n_q));
+namespace {
+
+template <class R>
+void decode_typed(const AttnArgs &a, ThreadPool &pool) {
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
     // One plan for every head, sized by the longest lane; chunks past a
     // shorter lane's end leave an empty partial (m = -inf, l = 0), which the
@@ -40,17 +40,31 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
         const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
         const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
         float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);
-        float *kbuf = a.kv_type == RowType::f32 ? nullptr : decode::grow(decode::scratch().rows, 2 * decode::k_blk * d);
         float *part0 = partial + (h0 * n_chunks + c) * part_len;  // head h0 + g at part0 + g * hstride
         decode::init_parts(part0, group, hstride, d);
+        const auto *k = static_cast<const typename R::T *>(a.k[kvh]);
+        const auto *v = static_cast<const typename R::T *>(a.v[kvh]);
         for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
             const int64_t nb = std::min(decode::k_blk, j1 - jb);
-            const float *kr = attn_rows_f32(a.kv_type, a.k[kvh], jb, nb, d, kbuf);
-            const float *vr = attn_rows_f32(a.kv_type, a.v[kvh], jb, nb, d, kbuf ? kbuf + decode::k_blk * d : nullptr);
-            decode::block(a.q + h0 * d, group, kr, vr, nb, d, a.scale, s, part0, hstride);
+            decode::block<R>(a.q + h0 * d, group, k + jb * d, v + jb * d, nb, d, a.scale, s, part0, hstride);
         }
     });
     decode::merge(partial, a.n_head, n_chunks, d, a.o, a.lse);
+}
+
+}  // namespace
+
+void attention_decode(const AttnArgs &a, ThreadPool &pool) {
+    attn_check_args(a, "attention_decode");
+    SIEVE_CHECKF(a.n_q == 1, "attention_decode: n_q = %lld, expected 1 (use attention_prefill)",
+                 static_cast<long long>(a.n_q));
+    SIEVE_CHECKF(a.head_dim <= decode::k_max_row, "attention_decode: head_dim %lld > %lld",
+                 static_cast<long long>(a.head_dim), static_cast<long long>(decode::k_max_row));
+    switch (a.kv_type) {
+    case RowType::f32: return decode_typed<decode::RowF32>(a, pool);
+    case RowType::f16: return decode_typed<decode::RowF16>(a, pool);
+    case RowType::bf16: return decode_typed<decode::RowBF16>(a, pool);
+    }
 }
 
 }  // namespace sieve::cpu

@@ -37,7 +37,6 @@ constexpr int64_t k_blk = 64;
 struct Scratch {
     AlignedBuffer<float> scores;   // per thread: [group * k_blk]
     AlignedBuffer<float> partial;  // calling thread: partials of all tasks
-    AlignedBuffer<float> rows;     // per thread: one block of K and V rows widened to f32 (f16/bf16 lanes)
 };
 inline Scratch &scratch() {
     static thread_local Scratch s;
@@ -84,19 +83,57 @@ inline void init_parts(float *part0, int64_t group, int64_t hstride, int64_t d) 
     }
 }
 
+// Row element types the inner loop reads in place: f32, or f16 / bf16
+// widened in registers (half the bytes from memory, the same f32 arithmetic).
+// Each loader reads 16 consecutive elements as one f32 vector, and a whole
+// row into a small f32 buffer for the generic paths.
+struct RowF32 {
+    using T = float;
+#if defined(__AVX512F__)
+    static __m512 load16(const T *p) { return _mm512_loadu_ps(p); }
+#endif
+    static const float *row(const T *p, int64_t, float *) { return p; }
+};
+struct RowF16 {
+    using T = uint16_t;
+#if defined(__AVX512F__)
+    static __m512 load16(const T *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+#endif
+    static const float *row(const T *p, int64_t d, float *buf) {
+        simd::f16_to_f32(p, buf, d);
+        return buf;
+    }
+};
+struct RowBF16 {
+    using T = uint16_t;
+#if defined(__AVX512F__)
+    static __m512 load16(const T *p) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+#endif
+    static const float *row(const T *p, int64_t d, float *buf) {
+        simd::bf16_to_f32(p, buf, d);
+        return buf;
+    }
+};
+
+// Longest row the generic paths widen on the stack.
+constexpr int64_t k_max_row = 512;
+
 #if defined(__AVX512F__)
 // acc[g] += sum_j s[g * k_blk + j] * v[j] for the heads of the group, with
 // the accumulators in registers across the block: each V row is loaded once
 // per tile of GT heads (from L1 after the first tile) and nothing is stored
 // until the block ends. D16 = d / 16.
-template <int D16, int GT>
-inline void pv_tile(const float *s, const float *v_rows, int64_t nb, float *acc0, int64_t hstride) {
+template <class R, int D16, int GT>
+inline void pv_tile(const float *s, const typename R::T *v_rows, int64_t nb, float *acc0, int64_t hstride) {
     __m512 acc[GT][D16];
     for (int t = 0; t < GT; ++t)
         for (int i = 0; i < D16; ++i) acc[t][i] = _mm512_load_ps(acc0 + t * hstride + 16 * i);
     for (int64_t j = 0; j < nb; ++j) {
         __m512 v[D16];
-        for (int i = 0; i < D16; ++i) v[i] = _mm512_load_ps(v_rows + j * 16 * D16 + 16 * i);
+        for (int i = 0; i < D16; ++i) v[i] = R::load16(v_rows + j * 16 * D16 + 16 * i);
         for (int t = 0; t < GT; ++t) {
             const __m512 p = _mm512_set1_ps(s[t * k_blk + j]);
             for (int i = 0; i < D16; ++i) acc[t][i] = _mm512_fmadd_ps(p, v[i], acc[t][i]);
@@ -107,47 +144,86 @@ inline void pv_tile(const float *s, const float *v_rows, int64_t nb, float *acc0
 }
 
 // Heads in tiles of up to 16 / D16 (16 accumulator registers).
-template <int D16>
-inline void pv_heads(const float *s, int64_t group, const float *v_rows, int64_t nb, float *part0,
+template <class R, int D16>
+inline void pv_heads(const float *s, int64_t group, const typename R::T *v_rows, int64_t nb, float *part0,
                      int64_t hstride) {
     constexpr int GT = D16 >= 16 ? 1 : 16 / D16;
     int64_t g = 0;
-    for (; g + GT <= group; g += GT) pv_tile<D16, GT>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
-    for (; g < group; ++g) pv_tile<D16, 1>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
+    for (; g + GT <= group; g += GT) pv_tile<R, D16, GT>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
+    for (; g < group; ++g) pv_tile<R, D16, 1>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
+}
+
+// s = scale * q_g . k for the heads of the group, the K row widened once into
+// registers (D16 vectors) and dotted with every query head.
+template <class R, int D16>
+inline void qk_row(const float *q, int64_t group, const typename R::T *kr, float scale, float *s) {
+    __m512 k[D16];
+    for (int i = 0; i < D16; ++i) k[i] = R::load16(kr + 16 * i);
+    for (int64_t g = 0; g < group; ++g) {
+        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q + g * 16 * D16), k[0]);
+        for (int i = 1; i < D16; ++i) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * 16 * D16 + 16 * i), k[i], acc);
+        s[g * k_blk] = scale * _mm512_reduce_add_ps(acc);
+    }
 }
 #endif
 
 // Step 3 of block(): every head's acc += its block probabilities times V.
-inline void pv(const float *s, int64_t group, const float *v_rows, int64_t nb, int64_t d, float *part0,
+template <class R>
+inline void pv(const float *s, int64_t group, const typename R::T *v_rows, int64_t nb, int64_t d, float *part0,
                int64_t hstride) {
 #if defined(__AVX512F__)
-    // V rows are 64-byte aligned when d is a multiple of 16 (lanes and
-    // blocks start on pages); other head sizes take the generic loop.
-    if (reinterpret_cast<uintptr_t>(v_rows) % 64 == 0) {
+    // f32 V rows are 64-byte aligned when d is a multiple of 16 (lanes and
+    // blocks start on pages); the register path needs that for f32 (the
+    // accumulators' stores are aligned either way); other head sizes take the
+    // generic loop.
+    if (reinterpret_cast<uintptr_t>(v_rows) % 64 == 0 || sizeof(typename R::T) == 2) {
         switch (d) {
-        case 64: return pv_heads<4>(s, group, v_rows, nb, part0, hstride);
-        case 128: return pv_heads<8>(s, group, v_rows, nb, part0, hstride);
-        case 32: return pv_heads<2>(s, group, v_rows, nb, part0, hstride);
-        case 256: return pv_heads<16>(s, group, v_rows, nb, part0, hstride);
+        case 64: return pv_heads<R, 4>(s, group, v_rows, nb, part0, hstride);
+        case 128: return pv_heads<R, 8>(s, group, v_rows, nb, part0, hstride);
+        case 32: return pv_heads<R, 2>(s, group, v_rows, nb, part0, hstride);
+        case 256: return pv_heads<R, 16>(s, group, v_rows, nb, part0, hstride);
         default: break;
         }
     }
 #endif
+    alignas(64) float buf[k_max_row];
     for (int64_t j = 0; j < nb; ++j) {
-        const float *vr = v_rows + j * d;
+        const float *vr = R::row(v_rows + j * d, d, buf);
         for (int64_t g = 0; g < group; ++g) simd::scale_axpy(part0 + g * hstride, 1.0f, s[g * k_blk + j], vr, d);
     }
 }
 
-// nb <= k_blk consecutive rows: k_rows / v_rows [nb, d]. q: the group's
-// queries [group, d]. s: scratch [group * k_blk].
-inline void block(const float *q, int64_t group, const float *k_rows, const float *v_rows, int64_t nb, int64_t d,
-                  float scale, float *s, float *part0, int64_t hstride) {
-    // 1. Each K row is read from memory once and dotted with every query head of the group.
+// Step 1 of block(): scores of nb rows for every head of the group.
+template <class R>
+inline void qk(const float *q, int64_t group, const typename R::T *k_rows, int64_t nb, int64_t d, float scale,
+               float *s) {
+#if defined(__AVX512F__)
+    if (sizeof(typename R::T) == 2 && (d == 64 || d == 128)) {
+        for (int64_t j = 0; j < nb; ++j) {
+            if (d == 64)
+                qk_row<R, 4>(q, group, k_rows + j * d, scale, s + j);
+            else
+                qk_row<R, 8>(q, group, k_rows + j * d, scale, s + j);
+        }
+        return;
+    }
+#endif
+    // f32 rows (and other head sizes): each K row read once, dotted with every
+    // query head of the group; half rows widened once into buf.
+    alignas(64) float buf[k_max_row];
     for (int64_t j = 0; j < nb; ++j) {
-        const float *kr = k_rows + j * d;
+        const float *kr = R::row(k_rows + j * d, d, buf);
         for (int64_t g = 0; g < group; ++g) s[g * k_blk + j] = scale * simd::dot(q + g * d, kr, d);
     }
+}
+
+// nb <= k_blk consecutive rows: k_rows / v_rows [nb, d] of R's element type.
+// q: the group's queries [group, d]. s: scratch [group * k_blk].
+template <class R>
+inline void block(const float *q, int64_t group, const typename R::T *k_rows, const typename R::T *v_rows, int64_t nb,
+                  int64_t d, float scale, float *s, float *part0, int64_t hstride) {
+    // 1. Each K row is read from memory once and dotted with every query head of the group.
+    qk<R>(q, group, k_rows, nb, d, scale, s);
     // 2. Online softmax per head over the block.
     const int64_t mi = m_at(d);
     for (int64_t g = 0; g < group; ++g) {
@@ -162,7 +238,7 @@ inline void block(const float *q, int64_t group, const float *k_rows, const floa
         part[mi + 1] = part[mi + 1] * alpha + sum;
     }
     // 3. Each V row read once per tile of heads, accumulated in registers.
-    pv(s, group, v_rows, nb, d, part0, hstride);
+    pv<R>(s, group, v_rows, nb, d, part0, hstride);
 }
 
 // partial: [n_head][n_chunks] x part_len(d) -> o [n_head, d], lse [n_head] (optional).

@@ -49,7 +49,7 @@ void attention_decode_paged(const PagedAttnArgs &a, ThreadPool &pool) {
             const int64_t n = std::min(bs, j1 - b0);
             for (int64_t r = 0; r < n; r += decode::k_blk) {
                 const int64_t nb = std::min(decode::k_blk, n - r);
-                decode::block(a.q + h0 * d, group, a.k_blocks + off + r * d, a.v_blocks + off + r * d, nb, d, a.scale,
+                decode::block<decode::RowF32>(a.q + h0 * d, group, a.k_blocks + off + r * d, a.v_blocks + off + r * d, nb, d, a.scale,
                               s, part0, hstride);
             }
         }

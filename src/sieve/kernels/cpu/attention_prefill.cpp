@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/attention_args.h"
@@ -230,10 +231,6 @@ float *tile_scratch(int64_t n) {
     static thread_local AlignedBuffer<float> b;
     return grow(b, n);
 }
-float *rows_scratch(int64_t n) {  // one key tile of K and V widened to f32
-    static thread_local AlignedBuffer<float> b;
-    return grow(b, n);
-}
 float *split_scratch(int64_t n) {  // calling thread only
     static thread_local AlignedBuffer<float> b;
     return grow(b, n);
@@ -266,15 +263,7 @@ void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_
         const bool masked = k0 + nk - 1 > first_lim;
         if (masked)
             for (int64_t r = 0; r < k_rb; ++r) b.rel[r] = static_cast<float>(std::clamp<int64_t>(lim[r] - k0, -1, k_kt));
-        if (a.kv_type == RowType::f32) {
-            fn(b, static_cast<const float *>(a.k[kvh]), static_cast<const float *>(a.v[kvh]), k0, nk, d, masked);
-        } else {
-            // f16/bf16 lanes: the tile's K and V rows widened once into L1, then the f32 tile.
-            float *kv_tile = rows_scratch(2 * k_kt * d);
-            const float *kt = attn_rows_f32(a.kv_type, a.k[kvh], k0, nk, d, kv_tile);
-            const float *vt = attn_rows_f32(a.kv_type, a.v[kvh], k0, nk, d, kv_tile + k_kt * d);
-            fn(b, kt, vt, 0, nk, d, masked);
-        }
+        fn(b, static_cast<const float *>(a.k[kvh]), static_cast<const float *>(a.v[kvh]), k0, nk, d, masked);
     }
 }
 
@@ -291,10 +280,60 @@ void store_rows(const AttnArgs &a, int64_t kvh, int64_t r0, int64_t nr, const fl
     }
 }
 
+// f16 / bf16 lanes: every row the chunk sees is widened to f32 once per call,
+// across the pool, then the f32 kernel runs on the copies. The tiles read
+// each K/V element many times (once per row block), so widening once is far
+// cheaper than widening per tile, and the extra pass (read 2 bytes, write 4 per
+// element) is a few percent of a chunk's arithmetic at any depth.
+void prefill_widened(const AttnArgs &a, ThreadPool &pool) {
+    static thread_local AlignedBuffer<float> wide;  // calling thread only
+    static thread_local std::vector<const void *> ptrs;
+    const int64_t d = a.head_dim, n_kv = a.n_head_kv;
+    static thread_local std::vector<int64_t> off;
+    off.assign(static_cast<size_t>(n_kv + 1), 0);
+    for (int64_t g = 0; g < n_kv; ++g)
+        off[static_cast<size_t>(g + 1)] = off[static_cast<size_t>(g)] + (a.past(g) + a.n_q) * d;
+    float *buf = grow(wide, 2 * off.back());
+    ptrs.assign(static_cast<size_t>(2 * n_kv), nullptr);
+    constexpr int64_t k_rows_per_task = 1024;
+    static thread_local std::vector<std::pair<int64_t, int64_t>> tasks;  // (lane 0 .. 2 n_kv, first row)
+    tasks.clear();
+    for (int64_t l = 0; l < 2 * n_kv; ++l) {
+        const int64_t g = l / 2;
+        ptrs[static_cast<size_t>(l)] = buf + 2 * off[static_cast<size_t>(g)] + (l % 2) * (a.past(g) + a.n_q) * d;
+        for (int64_t r = 0; r < a.past(g) + a.n_q; r += k_rows_per_task) tasks.emplace_back(l, r);
+    }
+    // The pool's threads see their own thread_local objects: hand them the
+    // calling thread's by pointer.
+    const std::pair<int64_t, int64_t> *task = tasks.data();
+    const void *const *lane = ptrs.data();
+    pool.run(static_cast<int64_t>(tasks.size()), [&, task, lane](int64_t t, int) {
+        const auto [l, r0] = task[t];
+        const int64_t g = l / 2, n = std::min(k_rows_per_task, a.past(g) + a.n_q - r0);
+        const void *src = l % 2 ? a.v[g] : a.k[g];
+        float *dst = const_cast<float *>(static_cast<const float *>(lane[l])) + r0 * d;
+        const float *w = attn_rows_f32(a.kv_type, src, r0, n, d, dst);
+        if (w != dst) std::copy(w, w + n * d, dst);
+    });
+    static thread_local std::vector<const void *> kp, vp;
+    kp.resize(static_cast<size_t>(n_kv));
+    vp.resize(static_cast<size_t>(n_kv));
+    for (int64_t g = 0; g < n_kv; ++g) {
+        kp[static_cast<size_t>(g)] = ptrs[static_cast<size_t>(2 * g)];
+        vp[static_cast<size_t>(g)] = ptrs[static_cast<size_t>(2 * g + 1)];
+    }
+    AttnArgs f = a;
+    f.k = kp.data();
+    f.v = vp.data();
+    f.kv_type = RowType::f32;
+    attention_prefill(f, pool);
+}
+
 }  // namespace
 
 void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     attn_check_args(a, "attention_prefill");
+    if (a.kv_type != RowType::f32) return prefill_widened(a, pool);
     const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
     const int64_t n_rows = a.n_q * g;  // per KV head
     const int64_t n_blocks = (n_rows + k_rb - 1) / k_rb, n_tasks = a.n_head_kv * n_blocks;
