@@ -10,12 +10,13 @@
 #                builds nor ships llama.cpp); set LD_LIBRARY_PATH for it if needed
 #   OUT_DIR      receives sieve.jsonl, llama.jsonl and table.md (appended to)
 #   flags        passed to both, e.g. -p 512 -n 128 -d 0,8192 -t 2 -r 5
+#   LLAMA_BENCH_FLAGS (environment) extra flags for llama-bench only, e.g. "-fa 1"
 #
 # sieve's rows also carry the machine's read bandwidth, measured once here
 # and passed to every run (--bandwidth), so % bw compares like with like.
 set -euo pipefail
 if [ $# -lt 5 ]; then
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,17p' "$0" >&2
     exit 2
 fi
 sieve="$1"; llama="$2"; out="$3"; shift 3
@@ -32,7 +33,8 @@ echo "read bandwidth: $bw GB/s" >&2
 for m in "$@"; do
     [ -s "$m" ] || { echo "error: $m is missing" >&2; exit 1; }
     echo "== $(basename "$m"): llama-bench" >&2
-    "$llama" -m "$m" "${flags[@]}" -o jsonl >>"$out/llama.jsonl"
+    # shellcheck disable=SC2086 # LLAMA_BENCH_FLAGS is a list of words
+    "$llama" -m "$m" "${flags[@]}" ${LLAMA_BENCH_FLAGS:-} -o jsonl >>"$out/llama.jsonl"
     echo "== $(basename "$m"): sieve bench" >&2
     "$sieve" bench -m "$m" "${flags[@]}" --bandwidth "$bw" -o jsonl >>"$out/sieve.jsonl"
 done

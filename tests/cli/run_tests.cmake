@@ -84,6 +84,13 @@ set_tests_properties(cli.run.default_model_missing PROPERTIES
                      ENVIRONMENT "SIEVE_CACHE=${CMAKE_CURRENT_BINARY_DIR}/no-such-cache")
 sieve_run_test(prompt_too_long 1 "" "prompt needs [0-9]+ tokens but only 8 of the context's 8 are free.*-c"
   -- -m ${SIEVE_STORIES} -c 8 -p "Once upon a time there was a very long prompt that does not fit")
+# KV row types (llama.cpp's -ctk / -ctv): f32 (the oracle) and bf16 run; K and V must agree.
+sieve_run_test(cache_type_f32 0 "^Once upon a time.{20,}" "generation: 8 tokens"
+  -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 --temp 0 -ctk f32 -ctv f32)
+sieve_run_test(cache_type_bf16 0 "^Once upon a time.{20,}" "generation: 8 tokens"
+  -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 --temp 0 --cache-type-k bf16)
+sieve_run_test(cache_type_mixed 2 "" "--cache-type-k f16 and --cache-type-v f32 differ"
+  -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 -ctk f16 -ctv f32)
 sieve_run_test(cnv_without_template 1 "" "no tokenizer.chat_template.*--chat-template"
   -- -m ${SIEVE_STORIES} -cnv -p hi)
 

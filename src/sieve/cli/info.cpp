@@ -13,6 +13,7 @@
 #include "sieve/cli/args.h"
 #include "sieve/cli/commands.h"
 #include "sieve/gguf/gguf.h"
+#include "sieve/kv/vattention_kv.h"
 #include "sieve/model/config.h"
 
 namespace sieve::cli {
@@ -32,6 +33,8 @@ void print_usage(FILE *out) {
                  "\n"
                  "options:\n"
                  "  -c, --ctx-size N   also estimate the KV cache for a context of N tokens\n"
+                 "  -ctk, --cache-type-k T, -ctv, --cache-type-v T\n"
+                 "                     the KV row type to estimate for: f16 (default), bf16, f32\n"
                  "  -h, --help         show this help\n");
 }
 
@@ -156,7 +159,7 @@ void print_config(const ModelConfig &c) {
     std::printf("  qkv bias        %s\n", c.has_qkv_bias ? "yes" : "no");
 }
 
-void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx) {
+void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx, cpu::RowType type) {
     uint64_t weights = 0;
     for (const GgufTensor &t : f.tensors()) weights += t.n_bytes;  // each bounded by the file size
     const int64_t per_tok_f32 = c.kv_bytes_per_token(4), per_tok_f16 = c.kv_bytes_per_token(2);
@@ -171,12 +174,21 @@ void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx) {
     };
     kv_line(strfmt("at %" PRId64 " (train)", c.n_ctx_train).c_str(), c.n_ctx_train);
     if (n_ctx > 0) kv_line(strfmt("at -c %" PRId64, n_ctx).c_str(), n_ctx);
+    // What one sequence's lanes map in the page pool at the default 64 KiB
+    // pages (what /metrics reports as sieve:kv_bytes_used for it).
+    const int64_t n = n_ctx > 0 ? n_ctx : c.n_ctx_train;
+    const KvShape shape{1, c.n_layer, c.n_head_kv, c.head_dim, type};
+    const int64_t page = int64_t{64} << 10;
+    std::printf("  KV lanes at %-11" PRId64 " %s (%s rows, %lld lanes of %lld pages of 64 KiB)\n", n,
+                human_bytes(static_cast<uint64_t>(VAttentionKv::seq_pages_for_rows(shape, page, n) * page)).c_str(),
+                cpu::row_type_name(type), static_cast<long long>(c.n_layer * c.n_head_kv * 2),
+                static_cast<long long>(VAttentionKv::seq_pages_for_rows(shape, page, n) / (c.n_layer * c.n_head_kv * 2)));
 }
 
 }  // namespace
 
 int cmd_info(int argc, char **argv) {
-    std::string path;
+    std::string path, type_k, type_v;
     int64_t n_ctx = 0;
     ArgCursor args(argc, argv);
     std::string flag;
@@ -193,6 +205,13 @@ int cmd_info(int argc, char **argv) {
                 return k_exit_usage;
             }
             n_ctx = n.value();
+        } else if (flag == "-ctk" || flag == "--cache-type-k" || flag == "-ctv" || flag == "--cache-type-v") {
+            Result<std::string> v = args.value("f16, bf16 or f32");
+            if (!v.ok()) {
+                std::fprintf(stderr, "sieve info: %s\n", v.status().message().c_str());
+                return k_exit_usage;
+            }
+            (flag == "-ctk" || flag == "--cache-type-k" ? type_k : type_v) = v.value();
         } else if (flag.size() > 1 && flag[0] == '-') {
             std::fprintf(stderr, "sieve info: unknown option '%s'\n\n", flag.c_str());
             print_usage(stderr);
@@ -203,6 +222,11 @@ int cmd_info(int argc, char **argv) {
             std::fprintf(stderr, "sieve info: one file at a time (got '%s' and '%s')\n", path.c_str(), flag.c_str());
             return k_exit_usage;
         }
+    }
+    cpu::RowType kv_type = cpu::RowType::f16;
+    if (Status st = parse_cache_types(type_k, type_v, &kv_type); !st.ok()) {
+        std::fprintf(stderr, "sieve info: %s\n", st.message().c_str());
+        return k_exit_usage;
     }
     if (path.empty()) {
         std::fprintf(stderr, "sieve info: no file given\n\n");
@@ -225,7 +249,7 @@ int cmd_info(int argc, char **argv) {
         return k_exit_error;
     }
     print_config(cfg.value());
-    print_memory(f, cfg.value(), n_ctx);
+    print_memory(f, cfg.value(), n_ctx, kv_type);
     return 0;
 }
 

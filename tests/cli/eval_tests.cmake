@@ -1,0 +1,46 @@
+# `sieve eval` on stories260K (committed; no chat template, 512-token
+# vocabulary, 2048-token context): the harness end to end, not accuracy —
+# stories260K answers nothing. Two tasks x one length x two samples keep
+# each run under a second. Checked: the md table's shape, dense against
+# itself gives KL exactly 0 and agreement 100% (eval_selfcheck.sh), the f32
+# reference mode, the JSON layout, and bad command lines (exit 2 with a
+# message naming the flag and what was expected).
+set(eval_stories ${SIEVE_TEST_MODELS}/stories260K.gguf)
+set(eval_small -m ${eval_stories} --task passkey,niah_multikey --ctx 512 --samples 2 -t 1 -np 4)
+function(sieve_eval_test name rc out_re err_re)
+  add_test(NAME cli.eval.${name}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect.sh ${rc} "${out_re}" "${err_re}" -- $<TARGET_FILE:sieve> eval ${ARGN})
+  set_tests_properties(cli.eval.${name} PROPERTIES LABELS cli)
+endfunction()
+
+# md: one column per task x length, the reference row and one row per policy.
+sieve_eval_test(md_header 0 "^\\| policy \\| KV \\| passkey @512 \\| niah_multikey @512 \\|$" "" ${eval_small})
+sieve_eval_test(md_reference 0 "^\\| dense \\(reference\\) \\| f16 \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL — · 1\\.00× \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL — · 1\\.00× \\|$" "" ${eval_small})
+sieve_eval_test(md_dense 0 "^\\| dense \\| f16 \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL 0 · 1\\.00× \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL 0 · 1\\.00× \\|$" "" ${eval_small})
+sieve_eval_test(md_details 0 "^\\| dense \\| f16 \\| niah_multikey \\| 512 \\| 2 \\| [0-9.]+ \\| [0-9.]+–[0-9.]+ \\| 0 \\| 0 \\| 100\\.0 \\|" "" ${eval_small})
+sieve_eval_test(progress 0 "" "sieve eval: 8/8 requests, .*ETA 0 s" ${eval_small})
+# The f32 oracle as the reference: its row says f32, the f16 row is compared to it.
+sieve_eval_test(ref_f32 0 "^\\| dense \\(reference\\) \\| f32 \\| " "" ${eval_small} --ref-cache-type f32)
+sieve_eval_test(json_cells 0 "^  \"cells\": \\[$" "" ${eval_small} -o json)
+sieve_eval_test(json_config 0 "\"ref_cache_type\": \"f32\"" "" ${eval_small} -o json --ref-cache-type f32)
+
+add_test(NAME cli.eval.dense_selfcheck
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/eval_selfcheck.sh $<TARGET_FILE:sieve> ${eval_stories} 4 ${eval_small})
+set_tests_properties(cli.eval.dense_selfcheck PROPERTIES LABELS cli)
+
+# Bad command lines: exit 2 before (or, for lengths, right after) the model loads.
+sieve_eval_test(help 0 "usage: sieve eval" "" --help)
+sieve_eval_test(bad_task 2 "" "--task: unknown task 'bogus'; expected one of passkey, niah_multikey" ${eval_small} --task bogus)
+sieve_eval_test(bad_policy 2 "" "--kv-policy: KV policy 'snapkv': unknown policy 'snapkv'; known policies: dense" ${eval_small} --kv-policy snapkv)
+sieve_eval_test(bad_policy_key 2 "" "dense has no key 'budget' \\(it takes no keys\\)" ${eval_small} --kv-policy dense:budget=64)
+sieve_eval_test(bad_policy_form 2 "" "'budget' is not key=value" ${eval_small} --kv-policy dense:budget)
+sieve_eval_test(bad_policy_file 2 "" "KV policy file 'no-such\\.json': cannot open it" ${eval_small} --kv-policy @no-such.json)
+sieve_eval_test(ctx_too_long 2 "" "--ctx 4096 exceeds the model's training context \\(2048 tokens\\)" ${eval_small} --ctx 4096)
+sieve_eval_test(ctx_too_short 2 "" "task '[a-z_]+' cannot be made 64 tokens long: .*ask for at least" ${eval_small} --ctx 64)
+sieve_eval_test(bad_ctx 2 "" "--ctx: expected an integer" ${eval_small} --ctx 512,x)
+sieve_eval_test(bad_samples 2 "" "--samples: expected an integer in \\[1, " ${eval_small} --samples 0)
+sieve_eval_test(bad_depths 2 "" "--depths: expected fractions in \\[0, 1\\], got '1.5'" ${eval_small} --depths 0.5,1.5)
+sieve_eval_test(bad_format 2 "" "-o: expected md, json or jsonl, got 'csv'" ${eval_small} -o csv)
+sieve_eval_test(bad_ref_type 2 "" "--ref-cache-type: expected f16, bf16 or f32, got 'q8'" ${eval_small} --ref-cache-type q8)
+sieve_eval_test(unknown_flag 2 "" "unknown option '--bogus'" ${eval_small} --bogus)
+sieve_eval_test(missing_model 1 "" "cannot open 'no-such-file\\.gguf'" -m no-such-file.gguf --samples 1)
