@@ -706,6 +706,55 @@ TEST_F(EngineTest, QueueLimitAndCancellingWaitingRequests) {
     EXPECT_FALSE(late.ok());
 }
 
+// submit_all queues every request or none: sizes must match, one bad
+// request or a queue without room for all of them refuses the lot; the ones
+// queued run to the oracle's greedy outputs.
+TEST_F(EngineTest, SubmitAllQueuesTogetherOrNothing) {
+    EngineOptions o;
+    o.max_seqs = 2;
+    o.max_waiting = 3;
+    o.max_ctx = 256;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    Collector c;
+    const auto batch = [&](int n, bool one_bad) {
+        std::vector<GenRequest> reqs;
+        std::vector<GenCallback> cbs;
+        for (int i = 0; i < n; ++i) {
+            reqs.push_back(greedy(random_prompt(30 + i, 40 + static_cast<uint32_t>(i)), 6));
+            cbs.push_back(c.callback());
+        }
+        if (one_bad) reqs.back().prompt.back() = n_vocab_;  // id out of range
+        return std::make_pair(std::move(reqs), std::move(cbs));
+    };
+    auto [r1, c1] = batch(2, false);
+    c1.pop_back();
+    EXPECT_FALSE(e->submit_all(std::move(r1), std::move(c1)).ok()) << "2 requests with 1 callback";
+    auto [r2, c2] = batch(3, true);
+    Result<std::vector<uint64_t>> bad = e->submit_all(std::move(r2), std::move(c2));
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("token"), std::string::npos) << bad.status().message();
+    auto [r3, c3] = batch(4, false);
+    Result<std::vector<uint64_t>> full = e->submit_all(std::move(r3), std::move(c3));
+    ASSERT_FALSE(full.ok());
+    EXPECT_TRUE(Engine::is_queue_full_error(full.status())) << full.status().message();
+    EXPECT_EQ(e->stats().n_waiting + e->stats().n_running, 0) << "a refused batch queued something";
+
+    auto [r4, c4] = batch(3, false);
+    const std::vector<GenRequest> sent = r4;
+    Result<std::vector<uint64_t>> ids = e->submit_all(std::move(r4), std::move(c4));
+    ASSERT_TRUE(ids.ok()) << ids.status().message();
+    ASSERT_EQ(ids->size(), 3u);
+    EXPECT_EQ((*ids)[1], (*ids)[0] + 1);
+    EXPECT_EQ((*ids)[2], (*ids)[0] + 2);
+    ASSERT_TRUE(c.wait(3));
+    for (size_t i = 0; i < 3; ++i) {
+        const auto evs = c.events((*ids)[i]);
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(evs));
+        EXPECT_EQ(event_tokens(evs), reference_greedy(sent[i].prompt, 6)) << "request " << i;
+    }
+}
+
 // shutdown(false) cancels what is running and waiting; each gets a final event.
 TEST_F(EngineTest, ShutdownWithoutDrainCancelsEverything) {
     EngineOptions o;

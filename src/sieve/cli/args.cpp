@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "sieve/gguf/gguf.h"
+#include "sieve/kv/page_pool.h"
+#include "sieve/tokenizer/tokenizer.h"
+
 namespace sieve::cli {
 
 Result<int64_t> parse_int(const std::string &flag, const std::string &text, int64_t min, int64_t max) {
@@ -51,6 +55,81 @@ Result<std::string> ArgCursor::value(const std::string &form) {
     if (i_ + 1 >= argc_)
         return Status::errorf("%s: expected %s after it, got nothing", flag_.c_str(), form.c_str());
     return std::string(argv_[++i_]);
+}
+
+Status choose_chat_template(const std::string &name, const GgufFile &file, const Tokenizer &tok, ChatTemplate *out,
+                            bool *found) {
+    const std::string bos = tok.bos_id() >= 0 ? tok.token_to_piece(tok.bos_id()) : "";
+    const std::string eos = tok.eos_id() >= 0 ? tok.token_to_piece(tok.eos_id()) : "";
+    *found = false;
+    if (!name.empty()) {
+        Result<ChatFormat> f = chat_format_from_name(name);
+        if (!f.ok()) return f.status().with_context("--chat-template");
+        std::string src;
+        if (file.has("tokenizer.chat_template")) SIEVE_TRY(file.get_string("tokenizer.chat_template", &src));
+        Result<ChatTemplate> from_model = chat_template_from_jinja(src, bos, eos);
+        // Keep the model's default system prompt when it is the same family.
+        *out = from_model.ok() && from_model->format == *f ? *from_model : ChatTemplate{*f, "", bos, eos};
+        *found = true;
+        return Status();
+    }
+    if (!file.has("tokenizer.chat_template")) return Status();
+    std::string src;
+    SIEVE_TRY(file.get_string("tokenizer.chat_template", &src));
+    Result<ChatTemplate> t = chat_template_from_jinja(src, bos, eos);
+    if (!t.ok()) return t.status().with_context("the model's tokenizer.chat_template");
+    *out = *t;
+    *found = true;
+    return Status();
+}
+
+Status take_int(ArgCursor &args, const std::string &flag, int64_t lo, int64_t hi, int64_t *out) {
+    Result<std::string> v = args.value("an integer");
+    if (!v.ok()) return v.status();
+    Result<int64_t> n = parse_int(flag, *v, lo, hi);
+    if (!n.ok()) return n.status();
+    *out = *n;
+    return Status();
+}
+
+Status take_bytes(ArgCursor &args, const std::string &flag, int64_t *out) {
+    Result<std::string> v = args.value("a size such as 512MiB");
+    if (!v.ok()) return v.status();
+    return parse_bytes(*v, out).with_context(flag);
+}
+
+Status take_string(ArgCursor &args, const std::string &form, std::string *out) {
+    Result<std::string> v = args.value(form);
+    if (!v.ok()) return v.status();
+    *out = *v;
+    return Status();
+}
+
+std::vector<std::string> split_commas(const std::string &text) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (true) {
+        const size_t comma = text.find(',', start);
+        out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) return out;
+        start = comma + 1;
+    }
+}
+
+std::string join_names(const std::vector<std::string> &names) {
+    std::string s;
+    for (const std::string &n : names) s += (s.empty() ? "" : ", ") + n;
+    return s;
+}
+
+Status parse_int_list(const std::string &flag, const std::string &text, int64_t min, int64_t max,
+                      std::vector<int64_t> *out) {
+    for (const std::string &part : split_commas(text)) {
+        Result<int64_t> v = parse_int(flag, part, min, max);
+        if (!v.ok()) return v.status();
+        out->push_back(v.value());
+    }
+    return Status();
 }
 
 std::string model_cache_dir() {

@@ -6,9 +6,16 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sieve/core/status.h"
 #include "sieve/kernels/cpu/row_type.h"
+#include "sieve/tokenizer/chat_template.h"
+
+namespace sieve {
+class GgufFile;
+class Tokenizer;
+}  // namespace sieve
 
 namespace sieve::cli {
 
@@ -44,11 +51,31 @@ private:
     bool has_inline_ = false;
 };
 
+// The current flag's value, parsed; errors name the flag and the expected form.
+Status take_int(ArgCursor &args, const std::string &flag, int64_t lo, int64_t hi, int64_t *out);
+Status take_bytes(ArgCursor &args, const std::string &flag, int64_t *out);  // "512MiB"
+Status take_string(ArgCursor &args, const std::string &form, std::string *out);
+
+// "8,12,16" appended to *out; every item in [min, max].
+Status parse_int_list(const std::string &flag, const std::string &text, int64_t min, int64_t max,
+                      std::vector<int64_t> *out);
+// "a,b,c" split at commas (empty items kept, so "a,,b" can be reported).
+std::vector<std::string> split_commas(const std::string &text);
+
+// "a, b, c": lists of names in help texts and errors.
+std::string join_names(const std::vector<std::string> &names);
+
 // The KV row type from llama.cpp's --cache-type-k / --cache-type-v values
 // ("" = not given): f16 by default; f32 (the oracle) and bf16 on request.
 // sieve keeps K and V in one type, so two different given types are an error
 // that says so.
 Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::RowType *out);
+
+// Picks the chat template: `name` (--chat-template) if given, else the
+// model's own. *found stays false (and the status ok) when the model has none
+// and no name was given; an unrecognised template of the model is an error.
+Status choose_chat_template(const std::string &name, const GgufFile &file, const Tokenizer &tok, ChatTemplate *out,
+                            bool *found);
 
 // Cache folder for models: $SIEVE_CACHE, else $XDG_CACHE_HOME/sieve, else
 // $HOME/.cache/sieve — the same rule as scripts/fetch_model.sh.

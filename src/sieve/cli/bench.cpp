@@ -82,20 +82,6 @@ void print_usage(FILE *out) {
                  "  -h, --help\n");
 }
 
-Status parse_list(const std::string &flag, const std::string &text, int64_t min, int64_t max,
-                  std::vector<int64_t> *out) {
-    size_t start = 0;
-    while (true) {
-        const size_t comma = text.find(',', start);
-        const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        Result<int64_t> v = parse_int(flag, part, min, max);
-        if (!v.ok()) return v.status();
-        out->push_back(v.value());
-        if (comma == std::string::npos) return Status();
-        start = comma + 1;
-    }
-}
-
 // Exit status, or -1 to go on.
 int parse_options(int argc, char **argv, BenchOptions *o) {
     ArgCursor args(argc, argv);
@@ -112,7 +98,7 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
         if (!v.ok()) return v.status();
         if (seen && !*seen) dst->clear();
         if (seen) *seen = true;
-        return parse_list(flag, v.value(), min, max, dst);
+        return parse_int_list(flag, v.value(), min, max, dst);
     };
     constexpr int64_t k_max_tokens = int64_t{1} << 24;
     while (args.next(&flag)) {

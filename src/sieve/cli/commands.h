@@ -8,5 +8,6 @@ int cmd_info(int argc, char **argv);  // sieve info FILE: metadata, tensors, mem
 int cmd_serve(int argc, char **argv); // sieve serve: OpenAI-compatible HTTP server
 int cmd_bench(int argc, char **argv); // sieve bench: pp/tg speed at depths (llama-bench's flags)
 int cmd_bench_serve(int argc, char **argv);  // sieve bench-serve URL: load generator (vllm bench serve)
+int cmd_eval(int argc, char **argv);  // sieve eval: KV policies' accuracy against dense (RULER-style tasks)
 
 }  // namespace sieve::cli

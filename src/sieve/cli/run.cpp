@@ -186,35 +186,6 @@ Result<std::string> read_file(const std::string &path) {
     return text;
 }
 
-// Picks the chat template: --chat-template NAME, else the model's own.
-// *found stays false (and the status ok) when the model has none and no name
-// was given; an unrecognised template of the model is an error.
-Status choose_template(const RunOptions &o, const GgufFile &file, const Tokenizer &tok, ChatTemplate *out,
-                       bool *found) {
-    const std::string bos = tok.bos_id() >= 0 ? tok.token_to_piece(tok.bos_id()) : "";
-    const std::string eos = tok.eos_id() >= 0 ? tok.token_to_piece(tok.eos_id()) : "";
-    *found = false;
-    if (!o.chat_template.empty()) {
-        Result<ChatFormat> f = chat_format_from_name(o.chat_template);
-        if (!f.ok()) return f.status().with_context("--chat-template");
-        std::string src;
-        if (file.has("tokenizer.chat_template")) SIEVE_TRY(file.get_string("tokenizer.chat_template", &src));
-        Result<ChatTemplate> from_model = chat_template_from_jinja(src, bos, eos);
-        // Keep the model's default system prompt when it is the same family.
-        *out = from_model.ok() && from_model->format == *f ? *from_model : ChatTemplate{*f, "", bos, eos};
-        *found = true;
-        return Status();
-    }
-    if (!file.has("tokenizer.chat_template")) return Status();
-    std::string src;
-    SIEVE_TRY(file.get_string("tokenizer.chat_template", &src));
-    Result<ChatTemplate> t = chat_template_from_jinja(src, bos, eos);
-    if (!t.ok()) return t.status().with_context("the model's tokenizer.chat_template");
-    *out = *t;
-    *found = true;
-    return Status();
-}
-
 int fail(const Status &st) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
     return k_exit_error;
@@ -260,7 +231,7 @@ int cmd_run(int argc, char **argv) {
     bool has_template = false;
     const bool cnv_forced = o.conversation == 1;
     if (o.conversation != 0) {
-        Status st = choose_template(o, **file, **tok, &tmpl, &has_template);
+        Status st = choose_chat_template(o.chat_template, **file, **tok, &tmpl, &has_template);
         if (!st.ok()) return fail(st);
         if (cnv_forced && !has_template)
             return fail(Status::error("-cnv: the model has no tokenizer.chat_template; pass --chat-template NAME "

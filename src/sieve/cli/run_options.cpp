@@ -62,15 +62,6 @@ void run_options_usage(FILE *out) {
 namespace {
 
 // Shorthands that keep the flag table below one line per flag.
-Status set_int(ArgCursor &args, const std::string &flag, int64_t min, int64_t max, int64_t *out) {
-    Result<std::string> v = args.value("an integer");
-    if (!v.ok()) return v.status();
-    Result<int64_t> n = parse_int(flag, *v, min, max);
-    if (!n.ok()) return n.status();
-    *out = *n;
-    return Status();
-}
-
 // lo_open: the lower bound itself is not allowed.
 Status set_float(ArgCursor &args, const std::string &flag, float *out, float lo = -1e30f, float hi = 1e30f,
                  bool lo_open = false) {
@@ -82,13 +73,6 @@ Status set_float(ArgCursor &args, const std::string &flag, float *out, float lo 
         return Status::errorf("%s: expected a number in %c%g, %g], got %s", flag.c_str(), lo_open ? '(' : '[',
                               static_cast<double>(lo), static_cast<double>(hi), v->c_str());
     *out = *f;
-    return Status();
-}
-
-Status set_string(ArgCursor &args, const std::string &form, std::string *out) {
-    Result<std::string> v = args.value(form);
-    if (!v.ok()) return v.status();
-    *out = *v;
     return Status();
 }
 
@@ -104,32 +88,32 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
         if (is(f, "-h", "--help")) {
             o->help = true;
         } else if (is(f, "-m", "--model")) {
-            SIEVE_TRY(set_string(args, "a GGUF file path", &o->model));
+            SIEVE_TRY(take_string(args, "a GGUF file path", &o->model));
         } else if (is(f, "-p", "--prompt")) {
-            SIEVE_TRY(set_string(args, "the prompt text", &o->prompt));
+            SIEVE_TRY(take_string(args, "the prompt text", &o->prompt));
             o->has_prompt = true;
         } else if (is(f, "-f", "--file")) {
-            SIEVE_TRY(set_string(args, "a file path", &o->prompt_file));
+            SIEVE_TRY(take_string(args, "a file path", &o->prompt_file));
         } else if (is(f, "-n", "--n-predict")) {
-            SIEVE_TRY(set_int(args, f, -1, INT32_MAX, &o->n_predict));
+            SIEVE_TRY(take_int(args, f, -1, INT32_MAX, &o->n_predict));
         } else if (is(f, "-c", "--ctx-size")) {
-            SIEVE_TRY(set_int(args, f, 0, 1 << 24, &o->n_ctx));
+            SIEVE_TRY(take_int(args, f, 0, 1 << 24, &o->n_ctx));
         } else if (is(f, "-b", "--batch-size")) {
-            SIEVE_TRY(set_int(args, f, 1, 1 << 16, &o->n_batch));
+            SIEVE_TRY(take_int(args, f, 1, 1 << 16, &o->n_batch));
         } else if (is(f, "--kv-memory") || is(f, "--kv-page-size")) {
             std::string text;
-            SIEVE_TRY(set_string(args, "a byte size such as 512MiB or 4GiB", &text));
+            SIEVE_TRY(take_string(args, "a byte size such as 512MiB or 4GiB", &text));
             SIEVE_TRY(parse_bytes(text, is(f, "--kv-memory") ? &o->kv_memory : &o->kv_page).with_context(f));
         } else if (is(f, "-ctk", "--cache-type-k") || is(f, "-ctv", "--cache-type-v")) {
-            SIEVE_TRY(set_string(args, "a KV row type: f16, bf16 or f32",
+            SIEVE_TRY(take_string(args, "a KV row type: f16, bf16 or f32",
                                  is(f, "-ctk", "--cache-type-k") ? &o->cache_type_k : &o->cache_type_v));
         } else if (is(f, "-t", "--threads")) {
-            SIEVE_TRY(set_int(args, f, 1, 1024, &n));
+            SIEVE_TRY(take_int(args, f, 1, 1024, &n));
             o->n_threads = static_cast<int>(n);
         } else if (is(f, "--temp")) {
             SIEVE_TRY(set_float(args, f, &o->sampler.temperature));
         } else if (is(f, "--top-k")) {
-            SIEVE_TRY(set_int(args, f, 0, INT32_MAX, &n));
+            SIEVE_TRY(take_int(args, f, 0, INT32_MAX, &n));
             o->sampler.top_k = static_cast<int32_t>(n);
         } else if (is(f, "--top-p")) {
             SIEVE_TRY(set_float(args, f, &o->sampler.top_p, 0.0f, 1.0f));
@@ -138,13 +122,13 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
         } else if (is(f, "--repeat-penalty")) {
             SIEVE_TRY(set_float(args, f, &o->sampler.repeat_penalty, 0.0f, 1e30f, /*lo_open=*/true));
         } else if (is(f, "--repeat-last-n")) {
-            SIEVE_TRY(set_int(args, f, -1, INT32_MAX, &o->repeat_last_n));
+            SIEVE_TRY(take_int(args, f, -1, INT32_MAX, &o->repeat_last_n));
         } else if (is(f, "--presence-penalty")) {
             SIEVE_TRY(set_float(args, f, &o->sampler.presence_penalty));
         } else if (is(f, "--frequency-penalty")) {
             SIEVE_TRY(set_float(args, f, &o->sampler.frequency_penalty));
         } else if (is(f, "-s", "--seed")) {
-            SIEVE_TRY(set_int(args, f, -1, INT64_MAX, &o->seed));
+            SIEVE_TRY(take_int(args, f, -1, INT64_MAX, &o->seed));
         } else if (is(f, "-i", "--interactive")) {
             o->interactive = true;
         } else if (is(f, "-cnv", "--conversation")) {
@@ -152,11 +136,11 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
         } else if (is(f, "-no-cnv", "--no-conversation")) {
             o->conversation = 0;
         } else if (is(f, "--chat-template")) {
-            SIEVE_TRY(set_string(args, "a template name (" + chat_format_names() + ")", &o->chat_template));
+            SIEVE_TRY(take_string(args, "a template name (" + chat_format_names() + ")", &o->chat_template));
             Result<ChatFormat> fmt = chat_format_from_name(o->chat_template);
             if (!fmt.ok()) return fmt.status().with_context("--chat-template");
         } else if (is(f, "-sys", "--system-prompt")) {
-            SIEVE_TRY(set_string(args, "the system message", &o->system_prompt));
+            SIEVE_TRY(take_string(args, "the system message", &o->system_prompt));
         } else if (is(f, "--no-display-prompt")) {
             o->display_prompt = false;
         } else if (is(f, "--mmap")) {

@@ -82,28 +82,6 @@ void serve_usage(FILE *out) {
                  chat_format_names().c_str());
 }
 
-Status take_int(ArgCursor &args, const std::string &flag, int64_t lo, int64_t hi, int64_t *out) {
-    Result<std::string> v = args.value("an integer");
-    if (!v.ok()) return v.status();
-    Result<int64_t> n = parse_int(flag, *v, lo, hi);
-    if (!n.ok()) return n.status();
-    *out = *n;
-    return Status();
-}
-
-Status take_bytes(ArgCursor &args, const std::string &flag, int64_t *out) {
-    Result<std::string> v = args.value("a size such as 512MiB");
-    if (!v.ok()) return v.status();
-    return parse_bytes(*v, out).with_context(flag);
-}
-
-Status take_string(ArgCursor &args, const char *form, std::string *out) {
-    Result<std::string> v = args.value(form);
-    if (!v.ok()) return v.status();
-    *out = *v;
-    return Status();
-}
-
 Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
     ArgCursor args(argc, argv);
     std::string f;

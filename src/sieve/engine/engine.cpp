@@ -174,8 +174,13 @@ Status Engine::Impl::validate(const GenRequest &req) const {
                               static_cast<long long>(n_prompt), static_cast<long long>(req.max_tokens),
                               static_cast<long long>(opt.max_ctx));
     }
-    const int64_t pages = VAttentionKv::seq_pages_for_rows(model.kv_shape(opt.max_seqs, opt.kv_type), opt.kv_page_bytes,
-                                                           n_prompt + req.max_tokens);
+    // Alone, a sequence peaks at its dense prompt while it is prefilled and
+    // then holds what the policy keeps plus what it generates.
+    const KvShape shape = model.kv_shape(opt.max_seqs, opt.kv_type);
+    const int64_t kept = opt.kv_policy ? std::min(n_prompt, opt.kv_policy->kept_rows(n_prompt)) : n_prompt;
+    const int64_t pages =
+        std::max(VAttentionKv::seq_pages_for_rows(shape, opt.kv_page_bytes, n_prompt),
+                 VAttentionKv::seq_pages_for_rows(shape, opt.kv_page_bytes, kept + req.max_tokens));
     if (pages > kv_pages_total) {
         return Status::errorf("prompt (%lld tokens) + max_tokens (%lld) needs %lld KV pages, the whole KV pool has "
                               "%lld; lower max_tokens or raise --kv-memory",
@@ -198,26 +203,45 @@ Status Engine::Impl::validate(const GenRequest &req) const {
 }
 
 Result<uint64_t> Engine::submit(GenRequest req, GenCallback cb) {
+    std::vector<GenRequest> reqs;
+    std::vector<GenCallback> cbs;
+    reqs.push_back(std::move(req));
+    cbs.push_back(std::move(cb));
+    Result<std::vector<uint64_t>> ids = submit_all(std::move(reqs), std::move(cbs));
+    if (!ids.ok()) return ids.status();
+    return ids->front();
+}
+
+Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenRequest> reqs, std::vector<GenCallback> cbs) {
     Impl &im = *impl_;
-    SIEVE_TRY(im.validate(req));
-    if (!cb) return Status::error("submit: the event callback is empty");
+    if (reqs.size() != cbs.size())
+        return Status::errorf("submit_all: %zu requests but %zu callbacks", reqs.size(), cbs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        SIEVE_TRY(im.validate(reqs[i]));
+        if (!cbs[i]) return Status::error("submit: the event callback is empty");
+    }
     std::unique_lock<std::mutex> lk(im.mu);
     if (im.stopping) return Status::error("engine is shutting down; not accepting requests");
     const int64_t n_waiting = im.published.n_waiting + static_cast<int64_t>(im.incoming.size());
-    if (n_waiting >= im.opt.max_waiting) {
+    if (n_waiting + static_cast<int64_t>(reqs.size()) > im.opt.max_waiting) {
         return Status::errorf("%s: %lld requests waiting, the limit is %d; retry later", k_queue_full_prefix,
                               static_cast<long long>(n_waiting), im.opt.max_waiting);
     }
-    const uint64_t id = im.next_id++;
+    const uint64_t first_id = im.next_id;
+    im.next_id += reqs.size();
     lk.unlock();
     // The sampler allocates n_vocab-sized buffers: outside the lock.
-    auto seq = std::make_unique<Sequence>(id, std::move(req), std::move(cb), im.tok, im.n_vocab);
+    std::vector<SequencePtr> seqs;
+    for (size_t i = 0; i < reqs.size(); ++i)
+        seqs.push_back(std::make_unique<Sequence>(first_id + i, std::move(reqs[i]), std::move(cbs[i]), im.tok, im.n_vocab));
     lk.lock();
     if (im.stopping) return Status::error("engine is shutting down; not accepting requests");
-    im.incoming.push_back(std::move(seq));
+    for (SequencePtr &seq : seqs) im.incoming.push_back(std::move(seq));
     lk.unlock();
     im.cv.notify_one();
-    return id;
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < seqs.size(); ++i) ids.push_back(first_id + i);
+    return ids;
 }
 
 bool Engine::is_queue_full_error(const Status &st) {

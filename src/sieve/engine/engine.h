@@ -129,6 +129,12 @@ public:
     // queues. Returns the request id, or an error naming the bad field, or a
     // "queue full" error (check is_queue_full_error) when max_waiting is hit.
     Result<uint64_t> submit(GenRequest req, GenCallback cb);
+    // Queues several requests at once, so the engine thread sees all of them
+    // at the same step: the batch composition, and with it every logit, does
+    // not depend on how fast the caller submits (sieve eval compares runs
+    // bit for bit). cbs[i] belongs to reqs[i]. All are validated first and
+    // the queue limit counts them together; on an error none is queued.
+    Result<std::vector<uint64_t>> submit_all(std::vector<GenRequest> reqs, std::vector<GenCallback> cbs);
     // Frees the sequence's KV at the next step; its last event says cancelled.
     void cancel(uint64_t request_id);
     // Stops accepting work; drain = finish what is queued and running, else cancel it.

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Peer cross-check of `sieve eval` against NVIDIA kvpress (optional, not CI).
+
+The same GGUF file is loaded twice: by sieve, and by Hugging Face transformers
+(`gguf_file=`, dequantized to float32). `sieve eval --dump-samples` writes the
+exact samples (prompt token ids, answers) it evaluated; this script feeds the
+same ids to the transformers model under each kvpress press and scores the
+greedy answers with sieve's rule (every expected string appears verbatim in
+the output, RULER's string_match_all). It prints accuracy side by side:
+sieve dense, transformers dense, and each press at each compression ratio,
+with the Wilson 95% interval, and how many dense outputs are identical text.
+
+    python3 eval/kvpress_check.py -m ~/.cache/sieve/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \\
+        --task passkey,niah_multikey --ctx 4096 --samples 20 \\
+        --press dense,snapkv,streamingllm,pyramidkv --ratio 0.5,0.75 -o kvpress.json
+
+How the presses are applied: the whole prompt (context, question and answer
+prefix) is prefilled under the press (`with press(model): model(ids)`), so
+query-aware presses (SnapKV, PyramidKV) see the question in their observation
+window, as sieve's after-prefill policy point does; decoding then runs without
+the press on the compressed cache, greedily, for the same max tokens as sieve
+(32 for passkey, niah_multikey, code; 128 for vt, cwe; 64 otherwise). kvpress's pipeline
+instead compresses the context without the question; that is the harder,
+question-agnostic setting and is not what sieve's policies are compared on.
+
+Needs: pip install torch transformers gguf kvpress (CPU torch is enough for
+<= 4k tokens on a 0.5B model; see docs/accuracy.md for what it took).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from eval_common import default_max_tokens, wilson
+
+PRESSES = {
+    # name: (kvpress class, keyword arguments besides compression_ratio)
+    "snapkv": ("SnapKVPress", {}),
+    "streamingllm": ("StreamingLLMPress", {}),
+    "pyramidkv": ("PyramidKVPress", {}),
+    "knorm": ("KnormPress", {}),
+    "tova": ("TOVAPress", {}),
+}
+
+
+def run_sieve(args, dump_path):
+    """sieve eval on the same samples; returns its JSON result."""
+    cmd = [args.sieve, "eval", "-m", args.model, "--task", args.task, "--ctx", args.ctx,
+           "--samples", str(args.samples), "--seed", str(args.seed), "--kv-policy", "dense",
+           "-ctk", "f32", "-o", "json", "--dump-samples", dump_path]
+    if args.max_tokens:
+        cmd += ["--max-tokens", str(args.max_tokens)]
+    print("running:", " ".join(cmd), file=sys.stderr)
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out)
+
+
+def load_samples(path):
+    with open(path) as f:
+        samples = [json.loads(line) for line in f if line.strip()]
+    skipped = [s for s in samples if s["n_forced"] > 0 or not s["answers"]]
+    if skipped:
+        print(f"skipping {len(skipped)} perplexity samples (no answers)", file=sys.stderr)
+    return [s for s in samples if s not in skipped]
+
+
+def load_hf(args):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    folder, name = os.path.split(os.path.abspath(args.model))
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32,
+                                                 attn_implementation=args.attn)
+    model.eval()
+    torch.set_num_threads(args.threads)
+    print(f"loaded {name} through transformers in {time.time() - t0:.1f} s", file=sys.stderr)
+    return model, tok
+
+
+def make_press(name, ratio):
+    if name == "dense":
+        return None
+    import kvpress
+    cls_name, kwargs = PRESSES[name]
+    return getattr(kvpress, cls_name)(compression_ratio=ratio, **kwargs)
+
+
+def greedy(model, ids, press, max_tokens, eos_ids):
+    """Prefill the whole prompt under the press, then decode greedily without it."""
+    import contextlib
+    import torch
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    x = torch.tensor([ids])
+    n = len(ids)
+    with torch.no_grad():
+        with press(model) if press is not None else contextlib.nullcontext():
+            out = model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1,
+                        position_ids=torch.arange(n).unsqueeze(0), cache_position=torch.arange(n))
+        kept = cache.get_seq_length()
+        tokens = [int(out.logits[0, -1].argmax())]
+        while tokens[-1] not in eos_ids and len(tokens) < max_tokens:
+            # Positions continue from the prompt's length, not from the kept
+            # rows (as kvpress's own pipeline decodes after a press).
+            out = model(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=cache, use_cache=True,
+                        logits_to_keep=1, position_ids=torch.tensor([[n + len(tokens) - 1]]))
+            tokens.append(int(out.logits[0, -1].argmax()))
+    return tokens, kept
+
+
+def eos_token_ids(model, tok):
+    ids = set()
+    for src in (getattr(model.generation_config, "eos_token_id", None), tok.eos_token_id):
+        if isinstance(src, int):
+            ids.add(src)
+        elif src:
+            ids.update(src)
+    return ids
+
+
+def evaluate(args, samples, model, tok):
+    """{(press label, task, ctx): [correct...]} and the dense outputs per sample."""
+    results, dense_text = {}, {}
+    eos = eos_token_ids(model, tok)
+    runs = [("dense", 0.0)] + [(p, r) for p in args.press if p != "dense" for r in args.ratio]
+    for i, s in enumerate(samples):
+        max_tokens = args.max_tokens or default_max_tokens(s["task"])
+        for name, ratio in runs:
+            label = name if name == "dense" else f"{name}@{ratio:g}"
+            t0 = time.time()
+            out_ids, kept = greedy(model, s["prompt_ids"], make_press(name, ratio), max_tokens, eos)
+            text = tok.decode(out_ids, skip_special_tokens=True)
+            ok = all(a in text for a in s["answers"])
+            results.setdefault((label, s["task"], s["ctx"]), []).append(ok)
+            if name == "dense":
+                dense_text[(s["task"], s["ctx"], s["seed"])] = text
+            print(f"[{i + 1}/{len(samples)}] {s['task']} @{s['ctx']} seed {s['seed']} {label}: "
+                  f"{'ok' if ok else 'wrong'}, kept {kept}/{len(s['prompt_ids'])} rows, "
+                  f"{time.time() - t0:.1f} s", file=sys.stderr)
+    return results, dense_text
+
+
+def report(sieve_json, results, dense_text):
+    """Markdown table: one row per cell, sieve dense then every press."""
+    labels = sorted({k[0] for k in results}, key=lambda l: (l != "dense", l))
+    sieve_cells = {(c["task"], c["ctx"]): c for c in sieve_json["cells"] if c["reference"]}
+    same = sum(1 for s in sieve_json["samples"] if s["reference"]
+               and dense_text.get((s["task"], s["ctx"], s["seed"])) is not None
+               and dense_text[(s["task"], s["ctx"], s["seed"])].strip() == s["output"].strip())
+    lines = ["| task | ctx | sieve dense | " + " | ".join(f"hf {l}" for l in labels) + " |",
+             "|---|---:|---|" + "---|" * len(labels)]
+
+    def fmt(k, n):
+        lo, hi = wilson(k, n)
+        return f"{100 * k / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if n else "—"
+
+    for (task, ctx), c in sorted(sieve_cells.items()):
+        row = [task, str(ctx), fmt(c["n_correct"], c["n_scored"])]
+        for l in labels:
+            v = results.get((l, task, ctx), [])
+            row.append(fmt(sum(v), len(v)))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append(f"dense outputs identical in text (sieve f32 KV vs transformers f32): {same} of {len(dense_text)}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", required=True, help="GGUF file (the same one sieve reads)")
+    ap.add_argument("--sieve", default="build/sieve", help="sieve binary (default: %(default)s)")
+    ap.add_argument("--task", default="passkey,niah_multikey")
+    ap.add_argument("--ctx", default="4096")
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-tokens", type=int, default=0, help="0 = sieve's per-task default")
+    ap.add_argument("--press", default="dense,snapkv,streamingllm,pyramidkv",
+                    help=f"comma-separated: dense, {', '.join(PRESSES)}")
+    ap.add_argument("--ratio", default="0.5", help="compression ratios (fraction of rows removed), comma-separated")
+    ap.add_argument("--attn", default="eager", help="transformers attention implementation (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("-o", "--output", default="", help="also write the raw results as JSON")
+    args = ap.parse_args()
+    args.press = [p for p in args.press.split(",") if p]
+    args.ratio = [float(r) for r in args.ratio.split(",") if r]
+    unknown = [p for p in args.press if p != "dense" and p not in PRESSES]
+    if unknown:
+        sys.exit(f"--press: unknown {unknown}; expected dense, {', '.join(PRESSES)}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "samples.jsonl")
+        t0 = time.time()
+        sieve_json = run_sieve(args, dump)
+        print(f"sieve eval took {time.time() - t0:.1f} s", file=sys.stderr)
+        samples = load_samples(dump)
+    model, tok = load_hf(args)
+    t0 = time.time()
+    results, dense_text = evaluate(args, samples, model, tok)
+    print(f"transformers + kvpress took {time.time() - t0:.1f} s", file=sys.stderr)
+    print(report(sieve_json, results, dense_text))
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump({"sieve": sieve_json["cells"],
+                       "hf": [{"press": k[0], "task": k[1], "ctx": k[2], "correct": v} for k, v in results.items()]},
+                      f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

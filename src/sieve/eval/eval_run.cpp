@@ -1,0 +1,405 @@
+#include "sieve/eval/eval_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "sieve/core/timer.h"
+#include "sieve/model/model.h"
+
+namespace sieve {
+
+namespace {
+
+// How often the waiting thread samples EngineStats for the peak KV memory.
+constexpr auto k_stats_period = std::chrono::milliseconds(5);
+
+// A cell's sample with its reference run's outputs.
+struct CellSample {
+    EvalSample s;
+    std::vector<int32_t> prompt;  // fed as the prompt
+    std::vector<int32_t> tail;    // ppl: forced in every run; empty otherwise
+    double depth = -1;
+    std::vector<float> ref_logp;  // [n_steps, n_vocab] log-softmax of the reference
+    std::vector<int32_t> ref_tokens;
+};
+
+// One request and what came back; callbacks write it on the engine thread,
+// the main thread reads it once run_jobs has counted every job finished
+// (under the run's mutex, so the writes happen before the reads).
+struct Job {
+    GenRequest req;
+    int64_t t_submit_us = 0, t_first_us = 0, t_done_us = 0;
+    std::string text;
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> rows_kept;
+    int64_t rows_dense = 0;
+    std::string error;
+    // forced runs: per-step comparison with the reference
+    const CellSample *ref = nullptr;
+    std::vector<float> log_q;  // scratch [n_vocab]
+    StepAccumulator acc;
+};
+
+void record_rows(Job *job, const KvCache &kv, int slot) {
+    const KvShape &sh = kv.shape();
+    job->rows_kept.resize(static_cast<size_t>(sh.n_layer * sh.n_head_kv));
+    for (int64_t l = 0; l < sh.n_layer; ++l)
+        for (int64_t h = 0; h < sh.n_head_kv; ++h)
+            job->rows_kept[static_cast<size_t>(l * sh.n_head_kv + h)] = kv.n_rows(slot, l, h);
+    job->rows_dense = kv.n_pos(slot);
+}
+
+// Submits every job at once (one submit_all, so the first step's batch does
+// not depend on timing) and waits for all; returns the peak KV bytes.
+// one_done() is called on this thread once per finished job.
+Result<int64_t> run_jobs(Engine &engine, std::vector<Job> &jobs, const std::function<void()> &one_done) {
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t n_done = 0;
+    std::vector<GenRequest> reqs;
+    std::vector<GenCallback> cbs;
+    for (Job &job : jobs) {
+        Job *j = &job;
+        j->req.on_prefilled = [j](const KvCache &kv, int slot) { record_rows(j, kv, slot); };
+        reqs.push_back(j->req);
+        cbs.push_back([j, &mu, &cv, &n_done](const GenEvent &ev) {
+            const int64_t now = time_us();
+            std::lock_guard<std::mutex> lock(mu);
+            if (!ev.tokens.empty() && j->t_first_us == 0) j->t_first_us = now;
+            j->text += ev.text;
+            j->tokens.insert(j->tokens.end(), ev.tokens.begin(), ev.tokens.end());
+            if (ev.finished) {
+                j->t_done_us = now;
+                if (ev.finish_reason == FinishReason::error || ev.finish_reason == FinishReason::cancelled)
+                    j->error = ev.error.empty() ? finish_reason_name(ev.finish_reason) : ev.error;
+                ++n_done;
+                cv.notify_all();
+            }
+        });
+    }
+    const int64_t t_submit = time_us();
+    for (Job &job : jobs) job.t_submit_us = t_submit;
+    Result<std::vector<uint64_t>> ids = engine.submit_all(std::move(reqs), std::move(cbs));
+    if (!ids.ok()) return ids.status().with_context("engine refused the eval's requests");
+    // stats() takes the engine's lock: never call it while holding `mu`,
+    // which the engine thread takes inside the callbacks.
+    int64_t peak = 0, reported = 0;
+    while (reported < static_cast<int64_t>(jobs.size())) {
+        const EngineStats st = engine.stats();
+        peak = std::max(peak, st.kv_pages_used * st.kv_page_bytes);
+        int64_t done = 0;
+        {
+            std::unique_lock<std::mutex> lock(mu);
+            cv.wait_for(lock, k_stats_period, [&] { return n_done > reported; });
+            done = n_done;
+        }
+        for (; reported < done; ++reported) one_done();
+    }
+    return peak;
+}
+
+GenRequest greedy_request(const CellSample &cs, int64_t max_tokens) {
+    GenRequest r;
+    r.prompt = cs.prompt;
+    r.sampling.temperature = 0;
+    r.sampling.repeat_last_n = 0;
+    r.max_tokens = max_tokens;
+    if (!cs.tail.empty()) {  // ppl: the text's own continuation, EOS or not
+        r.forced_tokens = cs.tail;
+        r.max_tokens = static_cast<int64_t>(cs.tail.size());
+        r.ignore_eos = true;
+    }
+    return r;
+}
+
+// Step 1: the cell's samples.
+Result<std::vector<CellSample>> make_cell(const EvalPlan &plan, const std::string &task, int64_t ctx,
+                                          const Tokenizer &tok, const ChatTemplate *tmpl,
+                                          const EvalHooks &hooks) {
+    std::vector<CellSample> out;
+    for (int64_t i = 0; i < plan.n_samples; ++i) {
+        TaskOptions o = plan.task;
+        o.n_tokens = ctx;
+        o.seed = plan.seed + static_cast<uint64_t>(i);
+        if (!plan.depths.empty())
+            o.depth = plan.depths[static_cast<size_t>(i) % plan.depths.size()];
+        else
+            o.depth =
+                plan.n_samples > 1 ? static_cast<double>(i) / static_cast<double>(plan.n_samples - 1) : 0.5;
+        Result<EvalSample> s = make_sample(task, o, tok, tmpl);
+        if (!s.ok()) return s.status();
+        CellSample cs;
+        cs.s = std::move(*s);
+        cs.depth = cs.s.needles.empty() ? -1.0 : o.depth;
+        cs.prompt = cs.s.prompt_ids;
+        if (cs.s.answers.empty()) {
+            const int64_t n_tail =
+                std::min<int64_t>(plan.ppl_tokens, static_cast<int64_t>(cs.prompt.size()) / 2);
+            cs.tail.assign(cs.prompt.end() - n_tail, cs.prompt.end());
+            cs.prompt.resize(cs.prompt.size() - static_cast<size_t>(n_tail));
+        }
+        if (hooks.on_sample) hooks.on_sample(cs.s, static_cast<int64_t>(cs.tail.size()));
+        out.push_back(std::move(cs));
+    }
+    return out;
+}
+
+EngineOptions cell_engine_options(const EvalPlan &plan, const std::vector<CellSample> &cell,
+                                  int64_t max_tokens) {
+    EngineOptions eo = plan.engine;
+    int64_t longest = 0;
+    for (const CellSample &cs : cell)
+        longest = std::max(longest, static_cast<int64_t>(cs.prompt.size() + cs.tail.size()));
+    eo.max_ctx = longest + max_tokens + 1;
+    // Every request of a run is queued at once (forced and free per sample).
+    eo.max_waiting = std::max(eo.max_waiting, 2 * static_cast<int>(cell.size()) + 1);
+    return eo;
+}
+
+EvalSampleResult sample_result(int row, const CellSample &cs, const Job &timing) {
+    EvalSampleResult r;
+    r.row = row;
+    r.task = cs.s.task;
+    r.ctx = cs.s.n_tokens_target;
+    r.seed = cs.s.seed;
+    r.depth = cs.depth;
+    r.n_prompt = static_cast<int64_t>(cs.prompt.size());
+    r.rows_kept = timing.rows_kept;
+    r.rows_dense = timing.rows_dense;
+    r.error = timing.error;
+    if (timing.t_first_us > 0) {
+        r.prefill_ms = static_cast<double>(timing.t_first_us - timing.t_submit_us) / 1e3;
+        r.decode_ms = static_cast<double>(timing.t_done_us - timing.t_first_us) / 1e3;
+    }
+    return r;
+}
+
+void score_free(EvalSampleResult *r, const CellSample &cs, const Job &free_run) {
+    r->scored = !cs.s.answers.empty();
+    r->correct = r->scored && free_run.error.empty() && score_answer(cs.s, free_run.text);
+    r->output = free_run.text;
+    r->n_gen = static_cast<int64_t>(free_run.tokens.size());
+}
+
+// Dense at the reference's KV type decodes exactly as the reference did, so
+// its free run would repeat the reference run: its accuracy is the reference's.
+bool reuses_reference(const KvPolicyPtr &policy, cpu::RowType kv_type, const EvalPlan &plan) {
+    return !policy && kv_type == plan.ref_kv_type;
+}
+
+struct CellContext {
+    const Model &model;
+    const std::vector<KvPolicyPtr> &policies;  // [row - 1]
+    const Tokenizer &tok;
+    const EvalPlan &plan;
+    const EvalHooks &hooks;
+    int64_t max_tokens;
+    int64_t *n_done;
+    int64_t n_total;
+    EvalResult *result;
+};
+
+Result<std::unique_ptr<Engine>> make_engine(const CellContext &c, const std::vector<CellSample> &cell,
+                                            cpu::RowType kv_type, KvPolicyPtr policy) {
+    EngineOptions eo = cell_engine_options(c.plan, cell, c.max_tokens);
+    eo.kv_type = kv_type;
+    eo.kv_policy = std::move(policy);
+    Result<std::unique_ptr<Engine>> e = Engine::create(c.model, c.tok, eo);
+    if (!e.ok()) return e.status().with_context("engine for the eval");
+    return e;
+}
+
+Status run_and_record(const CellContext &c, Engine &engine, std::vector<Job> &jobs, int row,
+                      const std::string &task, int64_t ctx, const std::string &what) {
+    const int64_t t0 = time_us();
+    Result<int64_t> peak = run_jobs(engine, jobs, [&] {
+        ++*c.n_done;
+        if (c.hooks.progress) c.hooks.progress(*c.n_done, c.n_total, what);
+    });
+    if (!peak.ok()) return peak.status();
+    c.result->runs.push_back({row, task, ctx, *peak, static_cast<double>(time_us() - t0) / 1e3});
+    return Status();
+}
+
+// Step 2: the reference run; fills each sample's ref_logp / ref_tokens.
+Status run_reference(const CellContext &c, std::vector<CellSample> &cell, const std::string &task,
+                     int64_t ctx) {
+    Result<std::unique_ptr<Engine>> engine = make_engine(c, cell, c.plan.ref_kv_type, nullptr);
+    if (!engine.ok()) return engine.status();
+    std::vector<Job> jobs(cell.size());
+    const int64_t n_vocab = c.model.config().n_vocab;
+    for (size_t i = 0; i < cell.size(); ++i) {
+        CellSample *cs = &cell[i];
+        jobs[i].req = greedy_request(*cs, c.max_tokens);
+        cs->ref_logp.reserve(static_cast<size_t>(jobs[i].req.max_tokens * n_vocab));
+        jobs[i].req.on_logits = [cs](const float *logits, int64_t n) {
+            const size_t at = cs->ref_logp.size();
+            cs->ref_logp.resize(at + static_cast<size_t>(n));
+            eval_log_softmax(logits, n, cs->ref_logp.data() + at);
+        };
+    }
+    SIEVE_TRY(
+        run_and_record(c, **engine, jobs, 0, task, ctx, task + " @" + std::to_string(ctx) + " reference"));
+    for (size_t i = 0; i < cell.size(); ++i) {
+        CellSample &cs = cell[i];
+        cs.ref_tokens = jobs[i].tokens;
+        EvalSampleResult r = sample_result(0, cs, jobs[i]);
+        score_free(&r, cs, jobs[i]);
+        // The reference against itself: only its NLL is meaningful.
+        StepAccumulator acc;
+        const size_t n_steps =
+            std::min(cs.ref_tokens.size(), cs.ref_logp.size() / static_cast<size_t>(n_vocab));
+        for (size_t t = 0; t < n_steps; ++t) {
+            const float *lp = cs.ref_logp.data() + t * static_cast<size_t>(n_vocab);
+            acc.add(lp, lp, n_vocab, cs.ref_tokens[t]);
+        }
+        r.steps = acc.result();
+        c.result->samples.push_back(std::move(r));
+    }
+    return Status();
+}
+
+// Step 3: one policy (row >= 1) against the reference.
+Status run_policy(const CellContext &c, const std::vector<CellSample> &cell, int row, const std::string &task,
+                  int64_t ctx) {
+    const EvalRow &er = c.result->rows[static_cast<size_t>(row)];
+    const KvPolicyPtr &policy = c.policies[static_cast<size_t>(row - 1)];
+    const bool reuse_free = reuses_reference(policy, er.kv_type, c.plan);
+    // The reference rows of this cell, pushed by run_reference before any policy row.
+    const size_t ref_base =
+        c.result->samples.size() - cell.size() * static_cast<size_t>(row - 1) - cell.size();
+    Result<std::unique_ptr<Engine>> engine = make_engine(c, cell, er.kv_type, policy);
+    if (!engine.ok()) return engine.status();
+    const int64_t n_vocab = c.model.config().n_vocab;
+    const size_t per = reuse_free || !cell[0].tail.empty() ? 1 : 2;  // forced [, free]
+    std::vector<Job> jobs(cell.size() * per);
+    for (size_t i = 0; i < cell.size(); ++i) {
+        const CellSample &cs = cell[i];
+        Job &forced = jobs[i * per];
+        forced.ref = &cs;
+        forced.req = greedy_request(cs, c.max_tokens);
+        forced.req.forced_tokens = cs.ref_tokens;
+        forced.req.max_tokens = static_cast<int64_t>(cs.ref_tokens.size());
+        forced.log_q.resize(static_cast<size_t>(n_vocab));
+        Job *fj = &forced;
+        forced.req.on_logits = [fj](const float *logits, int64_t n) {
+            const size_t step = static_cast<size_t>(fj->acc.n_steps());
+            if (step >= fj->ref->ref_tokens.size()) return;
+            eval_log_softmax(logits, n, fj->log_q.data());
+            fj->acc.add(fj->ref->ref_logp.data() + step * static_cast<size_t>(n), fj->log_q.data(), n,
+                        fj->ref->ref_tokens[step]);
+        };
+        if (per == 2) jobs[i * per + 1].req = greedy_request(cs, c.max_tokens);
+    }
+    const std::string what = task + " @" + std::to_string(ctx) + " " + er.policy;
+    SIEVE_TRY(run_and_record(c, **engine, jobs, row, task, ctx, what));
+    for (size_t i = 0; i < cell.size(); ++i) {
+        const CellSample &cs = cell[i];
+        const Job &forced = jobs[i * per];
+        const Job &free_run = per == 2 ? jobs[i * per + 1] : forced;
+        EvalSampleResult r = sample_result(row, cs, free_run);
+        r.rows_kept = forced.rows_kept;
+        r.rows_dense = forced.rows_dense;
+        r.steps = forced.acc.result();
+        if (!forced.error.empty()) r.error = forced.error;
+        if (reuse_free) {
+            const EvalSampleResult &ref = c.result->samples[ref_base + i];
+            r.scored = ref.scored;
+            r.correct = ref.correct && r.error.empty();
+            r.output = ref.output;
+            r.n_gen = ref.n_gen;
+        } else {
+            score_free(&r, cs, free_run);
+        }
+        c.result->samples.push_back(std::move(r));
+    }
+    return Status();
+}
+
+}  // namespace
+
+int64_t eval_task_max_tokens(const std::string &task) {
+    if (task == "passkey" || task == "niah_multikey" || task == "code") return 32;
+    // Instruct models list vt's names as "VAR ABCDE = 12345" lines (~12
+    // tokens each, SmolLM2): 64 tokens cut the fifth name; cwe lists 10 words.
+    if (task == "vt" || task == "cwe") return 128;
+    return 64;
+}
+
+std::vector<SampleOutcome> eval_outcomes(const EvalResult &r, int row, const std::string &task, int64_t ctx) {
+    std::vector<SampleOutcome> out;
+    for (const EvalSampleResult &s : r.samples) {
+        if (s.row != row || s.task != task || s.ctx != ctx) continue;
+        SampleOutcome o;
+        o.scored = s.scored;
+        o.correct = s.correct;
+        o.steps = s.steps;
+        for (int64_t k : s.rows_kept) o.rows_kept += k;
+        o.rows_dense = s.rows_dense * static_cast<int64_t>(s.rows_kept.size());
+        out.push_back(o);
+    }
+    return out;
+}
+
+Status eval_plan_check(const EvalPlan &plan, const Tokenizer &tok, const ChatTemplate *tmpl) {
+    for (const KvPolicySpec &p : plan.policies) {
+        Result<KvPolicyPtr> made = kv_policy_make(p);
+        if (!made.ok()) return made.status();
+    }
+    for (const std::string &task : plan.tasks)
+        for (int64_t ctx : plan.ctx) {
+            TaskOptions o = plan.task;
+            o.n_tokens = ctx;
+            o.seed = plan.seed;
+            Result<EvalSample> s = make_sample(task, o, tok, tmpl);
+            if (!s.ok()) return s.status();
+        }
+    return Status();
+}
+
+Result<EvalResult> eval_run(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
+                            const EvalPlan &plan, const EvalHooks &hooks) {
+    const int64_t t0 = time_us();
+    EvalResult result;
+    const ModelConfig &cfg = model.config();
+    result.n_layer = cfg.n_layer;
+    result.n_head_kv = cfg.n_head_kv;
+    result.n_vocab = cfg.n_vocab;
+    result.rows.push_back({"dense (reference)", plan.ref_kv_type, true});
+    for (const KvPolicySpec &p : plan.policies)
+        result.rows.push_back({kv_policy_spec_label(p), plan.engine.kv_type, false});
+
+    std::vector<KvPolicyPtr> policies;
+    for (const KvPolicySpec &p : plan.policies) {
+        Result<KvPolicyPtr> made = kv_policy_make(p);
+        if (!made.ok()) return made.status();
+        policies.push_back(*made);
+    }
+
+    // Requests in all: the reference, then forced (+ free) per policy.
+    int64_t n_total = 0, n_done = 0;
+    for (const std::string &task : plan.tasks) {
+        int64_t per_sample = 1;
+        for (const KvPolicyPtr &p : policies)
+            per_sample += task == "ppl" || reuses_reference(p, plan.engine.kv_type, plan) ? 1 : 2;
+        n_total += per_sample * plan.n_samples * static_cast<int64_t>(plan.ctx.size());
+    }
+    for (const std::string &task : plan.tasks) {
+        for (int64_t ctx : plan.ctx) {
+            Result<std::vector<CellSample>> cell = make_cell(plan, task, ctx, tok, tmpl, hooks);
+            if (!cell.ok()) return cell.status();
+            const int64_t max_tokens = plan.max_tokens > 0 ? plan.max_tokens : eval_task_max_tokens(task);
+            const CellContext c{model, policies, tok, plan, hooks, max_tokens, &n_done, n_total, &result};
+            SIEVE_TRY(run_reference(c, *cell, task, ctx));
+            for (int row = 1; row < static_cast<int>(result.rows.size()); ++row)
+                SIEVE_TRY(run_policy(c, *cell, row, task, ctx));
+        }
+    }
+    result.wall_s = static_cast<double>(time_us() - t0) / 1e6;
+    return result;
+}
+
+}  // namespace sieve
