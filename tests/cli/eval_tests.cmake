@@ -31,7 +31,12 @@ set_tests_properties(cli.eval.dense_selfcheck PROPERTIES LABELS cli)
 # Bad command lines: exit 2 before (or, for lengths, right after) the model loads.
 sieve_eval_test(help 0 "usage: sieve eval" "" --help)
 sieve_eval_test(bad_task 2 "" "--task: unknown task 'bogus'; expected one of passkey, niah_multikey" ${eval_small} --task bogus)
-sieve_eval_test(bad_policy 2 "" "--kv-policy: KV policy 'snapkv': unknown policy 'snapkv'; known policies: dense" ${eval_small} --kv-policy snapkv)
+sieve_eval_test(bad_policy 2 "" "--kv-policy: KV policy 'snapkb': unknown policy 'snapkb'; known policies: dense, streaming, snapkv" ${eval_small} --kv-policy snapkb)
+sieve_eval_test(bad_policy_value 2 "" "KV policy 'snapkv:keep=2': keep=2: expected a number in \\(0, 1\\]" ${eval_small} --kv-policy snapkv:keep=2)
+# A policy with every row kept is dense: KL exactly 0 against the reference.
+sieve_eval_test(snapkv_full_budget 0 "^\\| snapkv:budget=4096 \\| f16 \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL 0 · 1\\.00× \\|" "" ${eval_small} --kv-policy snapkv:budget=4096)
+# A real compression: the ratio shows it.
+sieve_eval_test(snapkv_keep 0 "^\\| snapkv:keep=0.25 \\| f16 \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL [0-9.e-]+ · [34]\\.[0-9]+× \\|" "" ${eval_small} --kv-policy snapkv:keep=0.25)
 sieve_eval_test(bad_policy_key 2 "" "dense has no key 'budget' \\(it takes no keys\\)" ${eval_small} --kv-policy dense:budget=64)
 sieve_eval_test(bad_policy_form 2 "" "'budget' is not key=value" ${eval_small} --kv-policy dense:budget)
 sieve_eval_test(bad_policy_file 2 "" "KV policy file 'no-such\\.json': cannot open it" ${eval_small} --kv-policy @no-such.json)

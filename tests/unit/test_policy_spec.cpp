@@ -66,9 +66,9 @@ TEST(PolicySpec, LabelListsKeysSorted) {
 }
 
 TEST(PolicySpec, UnknownNameListsKnownPolicies) {
-    const std::string e = parse_error("snapkv:budget=512");
-    EXPECT_NE(e.find("unknown policy 'snapkv'"), std::string::npos) << e;
-    EXPECT_NE(e.find("known policies: dense"), std::string::npos) << e;
+    const std::string e = parse_error("snapkb:budget=512");
+    EXPECT_NE(e.find("unknown policy 'snapkb'"), std::string::npos) << e;
+    EXPECT_NE(e.find("known policies: dense, streaming, snapkv, pyramidkv, layerwise, h2o"), std::string::npos) << e;
 }
 
 TEST(PolicySpec, UnknownKeyNamesThePolicyAndItsKeys) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -64,6 +65,8 @@ struct Engine::Impl {
     int64_t n_steps = 0;
     int64_t kv_map_calls_ahead = 0;  // mmap calls / time spent by map-ahead between steps
     int64_t kv_map_us_ahead = 0;
+    std::map<std::string, PolicyCounters> policy_counters;  // by policy label
+    int64_t kv_pages_evicted = 0;
 
     // ---- shared, under mu ----
     mutable std::mutex mu;
@@ -82,6 +85,9 @@ struct Engine::Impl {
     void step();
     void take_cancels(const std::vector<uint64_t> &ids);
     bool apply_policy(Sequence &s);
+    bool policy_after_decode(Sequence &s);
+    Status run_policy(Sequence &s, bool after_prefill);
+    void count_rows(const Sequence &s, int64_t *kept, int64_t *seen) const;
     void abort_all();
     void publish_stats();
 };
@@ -175,12 +181,20 @@ Status Engine::Impl::validate(const GenRequest &req) const {
                               static_cast<long long>(opt.max_ctx));
     }
     // Alone, a sequence peaks at its dense prompt while it is prefilled and
-    // then holds what the policy keeps plus what it generates.
+    // then holds what the policy keeps per layer plus what it generates.
     const KvShape shape = model.kv_shape(opt.max_seqs, opt.kv_type);
-    const int64_t kept = opt.kv_policy ? std::min(n_prompt, opt.kv_policy->kept_rows(n_prompt)) : n_prompt;
-    const int64_t pages =
-        std::max(VAttentionKv::seq_pages_for_rows(shape, opt.kv_page_bytes, n_prompt),
-                 VAttentionKv::seq_pages_for_rows(shape, opt.kv_page_bytes, kept + req.max_tokens));
+    const KvPolicyPtr &policy = req.kv_policy ? *req.kv_policy : opt.kv_policy;
+    int64_t decode_pages = VAttentionKv::seq_pages_for_rows(shape, opt.kv_page_bytes, n_prompt + req.max_tokens);
+    if (policy) {
+        KvShape layer = shape;
+        layer.n_layer = 1;
+        decode_pages = 0;
+        for (int64_t l = 0; l < shape.n_layer; ++l) {
+            const int64_t rows = policy->decode_rows(n_prompt, req.max_tokens, l, shape.n_layer);
+            decode_pages += VAttentionKv::seq_pages_for_rows(layer, opt.kv_page_bytes, rows);
+        }
+    }
+    const int64_t pages = std::max(VAttentionKv::seq_pages_for_rows(shape, opt.kv_page_bytes, n_prompt), decode_pages);
     if (pages > kv_pages_total) {
         return Status::errorf("prompt (%lld tokens) + max_tokens (%lld) needs %lld KV pages, the whole KV pool has "
                               "%lld; lower max_tokens or raise --kv-memory",
@@ -232,8 +246,14 @@ Result<std::vector<uint64_t>> Engine::submit_all(std::vector<GenRequest> reqs, s
     lk.unlock();
     // The sampler allocates n_vocab-sized buffers: outside the lock.
     std::vector<SequencePtr> seqs;
-    for (size_t i = 0; i < reqs.size(); ++i)
-        seqs.push_back(std::make_unique<Sequence>(first_id + i, std::move(reqs[i]), std::move(cbs[i]), im.tok, im.n_vocab));
+    const KvShape shape = im.model.kv_shape(im.opt.max_seqs, im.opt.kv_type);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        auto seq = std::make_unique<Sequence>(first_id + i, std::move(reqs[i]), std::move(cbs[i]), im.tok, im.n_vocab);
+        seq->policy = seq->req.kv_policy ? *seq->req.kv_policy : im.opt.kv_policy;
+        if (seq->policy)
+            seq->pstate = seq->policy->make_state(shape, im.model.config().n_head, seq->n_prompt + seq->req.max_tokens);
+        seqs.push_back(std::move(seq));
+    }
     lk.lock();
     if (im.stopping) return Status::error("engine is shutting down; not accepting requests");
     for (SequencePtr &seq : seqs) im.incoming.push_back(std::move(seq));
@@ -356,6 +376,14 @@ void Engine::Impl::step() {
     for (FailedSeq &f : failed) f.seq->cb(output_final_event(*f.seq, FinishReason::error, f.error));
     if (plan.empty()) return;
 
+    // Point 0 of a policy (sparse/policy.h): a prefill starts from nothing
+    // (fresh, or a recompute after preemption): reset what it scores.
+    for (const ScheduledSeq &p : plan)
+        if (p.seq->n_computed == 0 && p.seq->pstate) p.seq->policy->begin_prefill(p.seq->pstate.get(), p.seq->n_total());
+    // Sequences past their after-prefill point before this step: point 2 after it.
+    std::vector<Sequence *> decoding;
+    for (const ScheduledSeq &p : plan)
+        if (p.seq->policy && p.seq->policy_applied && p.seq->policy->acts_after_decode()) decoding.push_back(p.seq);
     const Batch batch = builder.build(plan);
     Status st = model.forward(batch, *kv, *ws, *pool);
     if (!st.ok()) {
@@ -387,9 +415,13 @@ void Engine::Impl::step() {
             prompt_tokens_total += s->n_prompt;
             s->prompt_counted = true;
         }
-        const GenEvent ev = output_next_token(*s, logits, tok, opt.max_ctx);
+        GenEvent ev = output_next_token(*s, logits, tok, opt.max_ctx);
         ++gen_tokens_total;
+        if (!ev.finished && std::find(decoding.begin(), decoding.end(), s) != decoding.end() &&
+            !policy_after_decode(*s))
+            continue;
         if (ev.finished) {
+            count_rows(*s, &ev.kv_rows_kept, &ev.kv_rows_seen);
             SequencePtr done = sched->remove_running(s);
             done->cb(ev);
         } else {
@@ -414,25 +446,55 @@ void Engine::Impl::step() {
 bool Engine::Impl::apply_policy(Sequence &s) {
     if (s.policy_applied) return true;
     s.policy_applied = true;
-    if (!opt.kv_policy) {
+    const std::string label = s.policy ? s.policy->name() : "dense";
+    PolicyCounters &pc = policy_counters[label];
+    pc.policy = label;
+    ++pc.requests;
+    int64_t kept = 0, seen = 0;
+    count_rows(s, &kept, &seen);
+    pc.rows_seen += seen;
+    if (!s.policy) {
+        pc.rows_kept += kept;
         if (s.req.on_prefilled) s.req.on_prefilled(*kv, s.slot);
         return true;
     }
+    s.policy_n_prompt = s.n_computed;
+    if (!run_policy(s, /*after_prefill=*/true).ok()) return false;  // s is gone
+    count_rows(s, &kept, &seen);
+    pc.rows_kept += kept;
+    if (s.req.on_prefilled) s.req.on_prefilled(*kv, s.slot);
+    return true;
+}
+
+// Point 2: false when the policy failed (the request is finished and removed).
+bool Engine::Impl::policy_after_decode(Sequence &s) { return run_policy(s, /*after_prefill=*/false).ok(); }
+
+Status Engine::Impl::run_policy(Sequence &s, bool after_prefill) {
     PolicyContext ctx;
     ctx.kv = kv.get();
     ctx.slot = s.slot;
     ctx.request_id = s.id;
-    ctx.n_prompt = s.n_computed;
-    Status st = opt.kv_policy->after_prefill(ctx);
-    if (st.ok()) {
-        if (s.req.on_prefilled) s.req.on_prefilled(*kv, s.slot);
-        return true;
-    }
-    SIEVE_LOG_ERROR("engine: KV policy %s failed for request %llu: %s", opt.kv_policy->name().c_str(),
+    ctx.n_prompt = s.policy_n_prompt;
+    ctx.n_head = model.config().n_head;
+    ctx.state = s.pstate.get();
+    const int64_t pages_before = kv->seq_mapped_pages(s.slot);
+    Status st = after_prefill ? s.policy->after_prefill(ctx) : s.policy->after_decode(ctx);
+    kv_pages_evicted += std::max<int64_t>(0, pages_before - kv->seq_mapped_pages(s.slot));
+    if (st.ok()) return st;
+    SIEVE_LOG_ERROR("engine: KV policy %s failed for request %llu: %s", s.policy->name().c_str(),
                     static_cast<unsigned long long>(s.id), st.message().c_str());
     SequencePtr done = sched->remove_running(&s);
     done->cb(output_final_event(*done, FinishReason::error, "KV policy failed: " + st.message()));
-    return false;
+    return st;
+}
+
+// Rows the slot's lanes hold, and what dense lanes would (lanes x positions).
+void Engine::Impl::count_rows(const Sequence &s, int64_t *kept, int64_t *seen) const {
+    const KvShape &sh = kv->shape();
+    *kept = 0;
+    for (int64_t l = 0; l < sh.n_layer; ++l)
+        for (int64_t g = 0; g < sh.n_head_kv; ++g) *kept += kv->n_rows(s.slot, l, g);
+    *seen = sh.n_layer * sh.n_head_kv * kv->n_pos(s.slot);
 }
 
 void Engine::Impl::publish_stats() {
@@ -450,6 +512,8 @@ void Engine::Impl::publish_stats() {
     s.prompt_tokens_total = prompt_tokens_total;
     s.gen_tokens_total = gen_tokens_total;
     s.n_steps = n_steps;
+    for (const auto &[label, pc] : policy_counters) s.policies.push_back(pc);
+    s.kv_pages_evicted = kv_pages_evicted;
     const KvMapStats &ms = kv->stats();
     s.kv_map_calls_ahead = kv_map_calls_ahead;
     s.kv_map_us_ahead = kv_map_us_ahead;

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,9 @@ struct GenRequest {
     bool ignore_eos = false;
     int32_t n_logprobs = -1;            // -1: none; 0..20: chosen token's logprob + that many alternatives
 
+    // The request's KV policy: unset = the engine's (EngineOptions::kv_policy);
+    // set to a null pointer = dense.
+    std::optional<KvPolicyPtr> kv_policy;
     // Evaluation hooks (sieve eval); both run on the engine thread and must not block.
     // Teacher forcing: when non-empty, generated token i is forced_tokens[i]
     // instead of the sampled one (needs forced_tokens.size() >= max_tokens).
@@ -93,6 +97,20 @@ struct GenEvent {
     std::string error;                   // when finish_reason == error
     int64_t n_prompt_tokens = 0;         // on the finished event
     int64_t n_gen_tokens = 0;            // on the finished event
+    // On the finished event of a request that completed its prefill: KV rows
+    // its lanes held at the end, and the rows a dense cache would hold
+    // (lanes x positions); kept / seen is its compression.
+    int64_t kv_rows_kept = 0;
+    int64_t kv_rows_seen = 0;
+};
+
+// Rows kept and seen by one KV policy's after-prefill point, summed over the
+// requests that used it (the /metrics compression ratio).
+struct PolicyCounters {
+    std::string policy;     // its spec label ("dense" for none)
+    int64_t requests = 0;
+    int64_t rows_kept = 0;  // lane rows right after the point
+    int64_t rows_seen = 0;  // lane rows before it (lanes x prompt rows)
 };
 using GenCallback = std::function<void(const GenEvent &)>;
 
@@ -110,6 +128,8 @@ struct EngineStats {
     int64_t prompt_tokens_total = 0;     // counters since start
     int64_t gen_tokens_total = 0;
     int64_t n_steps = 0;
+    std::vector<PolicyCounters> policies;  // one entry per policy label used so far
+    int64_t kv_pages_evicted = 0;        // pages unmapped by policy compactions
     // KV mapping (vAttention lanes): mmap calls made inside a step's
     // reservations vs between steps by map-ahead, and the time in each.
     int64_t kv_map_calls_in_step = 0;

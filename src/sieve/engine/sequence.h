@@ -24,6 +24,7 @@
 #include "sieve/engine/sampler.h"
 #include "sieve/engine/stop_matcher.h"
 #include "sieve/kv/kv_space.h"
+#include "sieve/sparse/policy.h"
 #include "sieve/tokenizer/tokenizer.h"
 
 namespace sieve {
@@ -53,6 +54,9 @@ struct Sequence {
     int slot = -1;                // KV slot while running, -1 while waiting
     bool prompt_counted = false;  // prompt tokens added to the stats once
     bool policy_applied = false;  // the KV policy's after-prefill point ran on the current KV
+    KvPolicyPtr policy;           // the request's KV policy (null: dense)
+    std::unique_ptr<KvPolicyState> pstate;  // its per-sequence state (scores), if it needs one
+    int64_t policy_n_prompt = 0;  // the rows its after-prefill point saw (budgets are fractions of it)
     std::unique_ptr<KvSwapImage> swapped;  // KV in host memory while preempted by a swap
     Sampler sampler;
     StreamDetokenizer detok;

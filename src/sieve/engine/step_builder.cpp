@@ -7,14 +7,19 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     pos_.clear();
     seq_.clear();
     want_.clear();
+    sinks_.clear();
+    bool any_sink = false;
     for (const ScheduledSeq &p : plan) {
-        const Sequence &s = *p.seq;
+        Sequence &s = *p.seq;
+        AttnScoreSink *sink = s.pstate && s.pstate->scoring ? &s.pstate->sink : nullptr;
+        any_sink = any_sink || sink;
         for (int64_t i = 0; i < p.n_tokens; ++i) {
             const int64_t at = s.n_computed + i;
             tokens_.push_back(s.tokens[static_cast<size_t>(at)]);
             pos_.push_back(static_cast<int32_t>(at));
             seq_.push_back(s.slot);
             want_.push_back(p.wants_logits && i == p.n_tokens - 1 ? 1 : 0);
+            sinks_.push_back(sink);
         }
     }
     Batch b;
@@ -23,6 +28,7 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     b.seq = seq_.data();
     b.n_tokens = static_cast<int64_t>(tokens_.size());
     b.want_logits = want_.data();
+    b.score_sinks = any_sink ? sinks_.data() : nullptr;
     return b;
 }
 

@@ -24,6 +24,7 @@ public:
 private:
     std::vector<int32_t> tokens_, pos_, seq_;
     std::vector<int8_t> want_;
+    std::vector<AttnScoreSink *> sinks_;  // per token: its sequence's policy score sink, or null
 };
 
 }  // namespace sieve

@@ -284,18 +284,43 @@ Status run_policy(const CellContext &c, const std::vector<CellSample> &cell, int
         forced.req.forced_tokens = cs.ref_tokens;
         forced.req.max_tokens = static_cast<int64_t>(cs.ref_tokens.size());
         forced.log_q.resize(static_cast<size_t>(n_vocab));
-        Job *fj = &forced;
-        forced.req.on_logits = [fj](const float *logits, int64_t n) {
+        if (per == 2) jobs[i * per + 1].req = greedy_request(cs, c.max_tokens);
+    }
+    const std::string what = task + " @" + std::to_string(ctx) + " " + er.policy;
+    // The forced runs alone first, then the free ones: the forced batches are
+    // then the reference's, step for step, so a policy that keeps every row
+    // reproduces the reference's logits bit for bit (KL exactly 0).
+    std::vector<Job> forced_jobs, free_jobs;
+    for (size_t i = 0; i < jobs.size(); ++i) (i % per == 0 ? forced_jobs : free_jobs).push_back(std::move(jobs[i]));
+    for (Job &j : forced_jobs) {
+        Job *fj = &j;  // the job's final address: on_logits compares against the reference
+        j.req.on_logits = [fj](const float *logits, int64_t n) {
             const size_t step = static_cast<size_t>(fj->acc.n_steps());
             if (step >= fj->ref->ref_tokens.size()) return;
             eval_log_softmax(logits, n, fj->log_q.data());
             fj->acc.add(fj->ref->ref_logp.data() + step * static_cast<size_t>(n), fj->log_q.data(), n,
                         fj->ref->ref_tokens[step]);
         };
-        if (per == 2) jobs[i * per + 1].req = greedy_request(cs, c.max_tokens);
     }
-    const std::string what = task + " @" + std::to_string(ctx) + " " + er.policy;
-    SIEVE_TRY(run_and_record(c, **engine, jobs, row, task, ctx, what));
+    const int64_t t0 = time_us();
+    int64_t peak = 0;
+    for (std::vector<Job> *js : {&forced_jobs, &free_jobs}) {
+        if (js->empty()) continue;
+        Result<std::unique_ptr<Engine>> e = js == &forced_jobs ? std::move(engine) : make_engine(c, cell, er.kv_type, policy);
+        if (!e.ok()) return e.status();
+        Result<int64_t> pk = run_jobs(**e, *js, [&] {
+            ++*c.n_done;
+            if (c.hooks.progress) c.hooks.progress(*c.n_done, c.n_total, what);
+        });
+        if (!pk.ok()) return pk.status();
+        peak = std::max(peak, *pk);
+    }
+    c.result->runs.push_back({row, task, ctx, peak, static_cast<double>(time_us() - t0) / 1e3});
+    jobs.clear();
+    for (size_t i = 0; i < cell.size(); ++i) {
+        jobs.push_back(std::move(forced_jobs[i]));
+        if (per == 2) jobs.push_back(std::move(free_jobs[i]));
+    }
     for (size_t i = 0; i < cell.size(); ++i) {
         const CellSample &cs = cell[i];
         const Job &forced = jobs[i * per];

@@ -1,9 +1,11 @@
 #include "sieve/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
+#include "sieve/kernels/cpu/attention_score.h"
 #include "sieve/kernels/cpu/matmul_q8.h"
 #include "sieve/kernels/cpu/simd.h"
 #include "sieve/quant/dequant.h"
@@ -238,6 +240,7 @@ std::unique_ptr<Workspace> Model::make_workspace(int64_t max_tokens, int64_t max
     ws->out_x_.resize(sz(max_outputs, c.n_embd));
     ws->logits_.resize(sz(max_outputs, c.n_vocab));
     ws->out_ids_.resize(static_cast<size_t>(max_outputs));
+    ws->lse_.resize(sz(max_tokens, c.n_head));
     ws->k_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
     ws->v_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
     ws->n_past_.resize(static_cast<size_t>(c.n_head_kv));
@@ -343,6 +346,22 @@ Status Model::validate(const Batch &b, const KvCache &kv, const Workspace &ws) c
                 return;
             }
         }
+        // A score sink must hold every row its queries will see.
+        const AttnScoreSink *sink = b.score_sinks ? b.score_sinks[begin] : nullptr;
+        if (sink && b.pos[begin] + (end - begin) > sink->from_pos) {
+            SIEVE_CHECKF(sink->acc, "batch: score sink of sequence %d without an accumulator", s);
+            const int64_t back = std::max<int64_t>(0, kv.n_pos(s) - b.pos[begin]);  // rows rolled back first
+            for (int64_t il = 0; il < cfg_.n_layer && st.ok(); ++il)
+                for (int64_t g = 0; g < cfg_.n_head_kv; ++g)
+                    if (kv.n_rows(s, il, g) - back + (end - begin) > sink->cap) {
+                        st = Status::errorf("batch: sequence %d's score sink holds %lld rows per head, layer %lld "
+                                            "head %lld will hold %lld",
+                                            s, static_cast<long long>(sink->cap), static_cast<long long>(il),
+                                            static_cast<long long>(g),
+                                            static_cast<long long>(kv.n_rows(s, il, g) - back + (end - begin)));
+                        break;
+                    }
+        }
     });
     return st;
 }
@@ -384,10 +403,33 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         a.n_head_kv = c.n_head_kv;
         a.head_dim = hd;
         a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        AttnScoreSink *sink = b.score_sinks ? b.score_sinks[begin] : nullptr;
+        // First token of the run whose attention the sink wants (positions are consecutive).
+        const int64_t first = sink ? std::clamp<int64_t>(sink->from_pos - b.pos[begin], 0, n) : n;
+        if (first < n) a.lse = ws.lse_.data();
         if (n == 1) {
             cpu::attention_decode(a, pool);
         } else {
             cpu::attention_prefill(a, pool);
+        }
+        if (first < n) {
+            cpu::AttnScoreArgs sa;
+            sa.q = a.q + first * c.q_dim();
+            sa.lse = a.lse + first;
+            sa.lse_stride = n;
+            sa.k = a.k;
+            sa.kv_type = type;
+            sa.n_q = n - first;
+            // The scored queries see their lane up to their own row.
+            for (int64_t g = 0; g < c.n_head_kv; ++g) ws.n_past_[static_cast<size_t>(g)] += first;
+            sa.n_past_kv = ws.n_past_.data();
+            sa.n_head = c.n_head;
+            sa.n_head_kv = c.n_head_kv;
+            sa.head_dim = hd;
+            sa.scale = a.scale;
+            sa.acc = sink->acc + il * c.n_head * sink->cap;
+            sa.acc_stride = sink->cap;
+            cpu::attention_scores(sa, pool);
         }
     });
 }

@@ -48,6 +48,18 @@ namespace sieve {
 //   tokens:  [ a0 a1 a2 a3 | b17 | c5 c6 ]      one prefill chunk, one decode token, ...
 //   seq:     [ 0  0  0  0  | 1   | 2  2  ]
 //   pos:     [ 0  1  2  3  | 17  | 5  6  ]
+// Attention probabilities a KV policy ranks rows by (SnapKV's observation
+// window, H2O's heavy hitters; sparse/). For every token of its sequence at a
+// position >= from_pos the forward pass adds, after the layer's attention,
+//   acc[(il * n_head + h) * cap + j] += exp(scale * q_h · k_j - lse_h)
+// for each row j the query saw in KV head h's lane (cpu::attention_scores).
+// Rows are lane rows, so a policy that compacts a lane compacts its sums too.
+struct AttnScoreSink {
+    int64_t from_pos = 0;
+    int64_t cap = 0;       // entries per (layer, query head); >= the rows any lane will hold
+    float *acc = nullptr;  // [n_layer][n_head][cap]
+};
+
 struct Batch {
     const int32_t *tokens = nullptr;       // [n_tokens] token ids
     const int32_t *pos = nullptr;          // [n_tokens] positions
@@ -56,6 +68,9 @@ struct Batch {
     // [n_tokens] nonzero where logits are wanted; nullptr means the last
     // token of each sequence in the batch (what generation needs).
     const int8_t *want_logits = nullptr;
+    // [n_tokens] the score sink of each token's sequence (the same pointer for
+    // a sequence's tokens), or nullptr; the whole array may be nullptr.
+    AttnScoreSink *const *score_sinks = nullptr;
 };
 
 // Called with each named intermediate when set on a Workspace (debugging
@@ -92,6 +107,7 @@ private:
     int64_t n_outputs_ = 0;
     AlignedBuffer<float> x_, h_, q_, k_, v_, att_, gate_, up_;  // [max_tokens, ...]
     AlignedBuffer<float> out_x_, logits_;                      // [max_outputs, ...]
+    AlignedBuffer<float> lse_;                                  // [n_head, max_tokens] of one run
     std::vector<int64_t> out_ids_;
     std::vector<const void *> k_ptrs_, v_ptrs_;                 // [n_head_kv]
     std::vector<int64_t> n_past_;                               // [n_head_kv] lane rows before a chunk

@@ -1,5 +1,10 @@
 #include "sieve/sparse/policy_spec.h"
 
+#include "sieve/sparse/eviction.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,10 +28,102 @@ Result<KvPolicyPtr> make_dense(const KvPolicySpec &) {
     return KvPolicyPtr();
 }
 
+// Values: each error names the key, the value and what is accepted.
+Status parse_int(const KvPolicySpec &spec, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+    auto it = spec.params.find(key);
+    if (it == spec.params.end()) return Status();
+    const std::string &v = it->second;
+    char *end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
+        return Status::errorf("%s=%s: expected an integer in [%lld, %lld]", key, v.c_str(), static_cast<long long>(lo),
+                              static_cast<long long>(hi));
+    *out = x;
+    return Status();
+}
+
+Status parse_real(const KvPolicySpec &spec, const char *key, double lo, double hi, bool lo_open, double *out) {
+    auto it = spec.params.find(key);
+    if (it == spec.params.end()) return Status();
+    const std::string &v = it->second;
+    char *end = nullptr;
+    errno = 0;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo))
+        return Status::errorf("%s=%s: expected a number in %c%g, %g]", key, v.c_str(), lo_open ? '(' : '[', lo, hi);
+    *out = x;
+    return Status();
+}
+
+constexpr int64_t k_max_rows = int64_t{1} << 30;
+
+// The keys every eviction policy shares; `kind` picks the defaults and checks.
+Result<KvPolicyPtr> make_eviction(const KvPolicySpec &spec, EvictionKind kind) {
+    EvictionParams p;
+    if (kind == EvictionKind::layerwise) p.full_layers = 3;
+    if (kind != EvictionKind::streaming) p.sink = 0;
+    const bool has_keep = spec.params.count("keep") > 0, has_budget = spec.params.count("budget") > 0;
+    if (has_keep && has_budget)
+        return Status::error("give keep=R (a fraction of the prompt's rows) or budget=N (rows per lane), not both");
+    SIEVE_TRY(parse_real(spec, "keep", 0.0, 1.0, true, &p.keep));
+    SIEVE_TRY(parse_int(spec, "budget", 1, k_max_rows, &p.budget));
+    SIEVE_TRY(parse_int(spec, "window", 1, 65536, &p.window));
+    SIEVE_TRY(parse_int(spec, "pool", 1, 1023, &p.pool));
+    if (p.pool % 2 == 0) return Status::errorf("pool=%lld: expected an odd kernel size (1, 3, 5, 7, ...)",
+                                               static_cast<long long>(p.pool));
+    SIEVE_TRY(parse_int(spec, "sink", 0, k_max_rows, &p.sink));
+    SIEVE_TRY(parse_int(spec, "recent", 0, k_max_rows, &p.recent));
+    SIEVE_TRY(parse_int(spec, "full_layers", 0, 4096, &p.full_layers));
+    SIEVE_TRY(parse_real(spec, "beta", 1.0, 1e6, false, &p.beta));
+    if (auto it = spec.params.find("agg"); it != spec.params.end()) {
+        if (it->second == "mean")
+            p.agg = sparse::GroupAgg::mean;
+        else if (it->second == "max")
+            p.agg = sparse::GroupAgg::max;
+        else
+            return Status::errorf("agg=%s: expected mean or max", it->second.c_str());
+    }
+    if (kind == EvictionKind::streaming) {
+        if (p.recent >= 0 && (has_keep || has_budget))
+            return Status::error("streaming: give recent=W (the window after the sinks) or keep/budget (sinks + "
+                                 "window), not both");
+        if (has_budget && p.sink >= p.budget)
+            return Status::errorf("streaming: sink=%lld must be below budget=%lld", static_cast<long long>(p.sink),
+                                  static_cast<long long>(p.budget));
+        if (p.recent == 0 && p.sink == 0) return Status::error("streaming: sink=0 and recent=0 keep nothing");
+    }
+    if (kind == EvictionKind::h2o && has_budget && p.recent > p.budget)
+        return Status::errorf("h2o: recent=%lld exceeds budget=%lld", static_cast<long long>(p.recent),
+                              static_cast<long long>(p.budget));
+    return KvPolicyPtr(std::make_shared<EvictionPolicy>(kind, p, kv_policy_spec_label(spec)));
+}
+
+Result<KvPolicyPtr> make_streaming(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::streaming); }
+Result<KvPolicyPtr> make_snapkv(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::snapkv); }
+Result<KvPolicyPtr> make_pyramidkv(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::pyramidkv); }
+Result<KvPolicyPtr> make_layerwise(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::layerwise); }
+Result<KvPolicyPtr> make_h2o(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::h2o); }
+
 // The registry: add a row here when a policy lands.
 const std::vector<KvPolicyEntry> &kv_policy_table() {
     static const std::vector<KvPolicyEntry> table = {
         {"dense", {}, "keep every row (no policy; the reference)", make_dense},
+        {"streaming", {"keep", "budget", "sink", "recent", "full_layers"},
+         "StreamingLLM: the first sink rows + a recent window, sliding while decoding (default sink=4, keep=0.25)",
+         make_streaming},
+        {"snapkv", {"keep", "budget", "window", "pool", "agg", "full_layers"},
+         "SnapKV: top rows per KV head by the last window queries' attention, max-pooled, + the window "
+         "(default keep=0.25, window=32, pool=7, agg=mean)",
+         make_snapkv},
+        {"pyramidkv", {"keep", "budget", "window", "pool", "agg", "beta", "full_layers"},
+         "PyramidKV: SnapKV scores, budget falling with depth, same total (default beta=20)", make_pyramidkv},
+        {"layerwise", {"keep", "budget", "window", "pool", "agg", "full_layers"},
+         "the first full_layers layers dense, a SnapKV budget after (default full_layers=3)", make_layerwise},
+        {"h2o", {"keep", "budget", "recent", "agg", "full_layers"},
+         "H2O: heavy hitters by attention over every query + recent rows, evicting while decoding (default "
+         "recent=budget/2)",
+         make_h2o},
     };
     return table;
 }

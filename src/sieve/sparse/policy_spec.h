@@ -12,8 +12,8 @@
 //
 // The registry is one constant table (policy_spec.cpp, kv_policy_table): a
 // policy is added by writing its factory and one row naming it, its keys and
-// a one-line description. Only `dense` exists so far (keep every row: the
-// null policy).
+// a one-line description: dense (keep every row: the null policy) and the
+// eviction families of sparse/eviction.h.
 #pragma once
 
 #include <map>
