@@ -132,5 +132,12 @@ def small_kv_server():
 
 
 @pytest.fixture(scope="session")
+def policy_server():
+    """stories260K with a default KV policy (snapkv) that requests override."""
+    yield from _spawn(["-m", stories_model(), "-np", "8", "-c", "512", "-t", SERVER_THREADS,
+                       "--kv-page-size", "4KiB", "--kv-policy", "snapkv:keep=0.25"])
+
+
+@pytest.fixture(scope="session")
 def smollm2_server():
     yield from _spawn(["-m", default_model(), "-np", "2", "-c", "1024", "-t", SERVER_THREADS])

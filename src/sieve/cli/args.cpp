@@ -1,5 +1,7 @@
 #include "sieve/cli/args.h"
 
+#include "sieve/sparse/policy_spec.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -155,6 +157,19 @@ Status parse_cache_types(const std::string &type_k, const std::string &type_v, c
                               cpu::row_type_name(k), cpu::row_type_name(v));
     }
     *out = k;
+    return Status();
+}
+
+}  // namespace sieve::cli
+
+namespace sieve::cli {
+
+Status parse_kv_policy_flag(const std::string &text, KvPolicyPtr *out) {
+    Result<KvPolicySpec> spec = kv_policy_spec_parse(text);
+    if (!spec.ok()) return spec.status().with_context("--kv-policy");
+    Result<KvPolicyPtr> made = kv_policy_make(*spec);
+    if (!made.ok()) return made.status().with_context("--kv-policy");
+    *out = *made;
     return Status();
 }
 

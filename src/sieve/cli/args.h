@@ -10,6 +10,7 @@
 
 #include "sieve/core/status.h"
 #include "sieve/kernels/cpu/row_type.h"
+#include "sieve/sparse/policy.h"
 #include "sieve/tokenizer/chat_template.h"
 
 namespace sieve {
@@ -70,6 +71,10 @@ std::string join_names(const std::vector<std::string> &names);
 // sieve keeps K and V in one type, so two different given types are an error
 // that says so.
 Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::RowType *out);
+
+// --kv-policy NAME[:key=value,...] or @FILE.json: one policy (null for dense);
+// errors name the flag and say what was wrong (sparse/policy_spec.h).
+Status parse_kv_policy_flag(const std::string &text, KvPolicyPtr *out);
 
 // Picks the chat template: `name` (--chat-template) if given, else the
 // model's own. *found stays false (and the status ok) when the model has none

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "sieve/cli/args.h"
+#include "sieve/sparse/policy_spec.h"
 #include "sieve/cli/commands.h"
 #include "sieve/core/log.h"
 #include "sieve/engine/engine.h"
@@ -40,6 +41,7 @@ struct ServeOptions {
     double drain_timeout_s = 5.0;
     bool mmap = false;
     std::string cache_type_k, cache_type_v;  // -ctk / -ctv ("" = f16)
+    std::string kv_policy;                   // --kv-policy ("" = dense)
     bool verbose = false;
     bool help = false;
 };
@@ -69,6 +71,9 @@ void serve_usage(FILE *out) {
                  "                            past it a preempted sequence is recomputed)\n"
                  "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
                  "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
+                 "  --kv-policy P             default KV policy, NAME[:key=value,...] or @FILE.json\n"
+                 "                            (default: dense); a request's \"kv_policy\" overrides it.\n"
+                 "                            See docs/sparsity.md. Policies:\n%s"
                  "  --mmap                    leave the weights in the file mapping (quicker start,\n"
                  "                            slower decode; default: copied into huge pages)\n"
                  "  --max-queue N             waiting requests before 429 (default: 256)\n"
@@ -79,7 +84,7 @@ void serve_usage(FILE *out) {
                  "  --drain-timeout S         on SIGTERM, seconds to let requests finish (default: 5)\n"
                  "  --verbose                 debug logs\n"
                  "  -h, --help                this text\n",
-                 chat_format_names().c_str());
+                 chat_format_names().c_str(), kv_policy_help().c_str());
 }
 
 Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
@@ -101,6 +106,7 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
         else if (f == "--swap-space") SIEVE_TRY(take_bytes(args, f, &o->engine.swap_bytes));
         else if (f == "-ctk" || f == "--cache-type-k") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_k));
         else if (f == "-ctv" || f == "--cache-type-v") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_v));
+        else if (f == "--kv-policy") SIEVE_TRY(take_string(args, "NAME[:key=value,...] or @FILE.json", &o->kv_policy));
         else if (f == "--max-queue") { SIEVE_TRY(take_int(args, f, 0, 1 << 20, &v)); o->engine.max_waiting = static_cast<int>(v); }
         else if (f == "-t" || f == "--threads") { SIEVE_TRY(take_int(args, f, 1, 4096, &v)); o->engine.n_threads = static_cast<int>(v); }
         else if (f == "--http-threads") { SIEVE_TRY(take_int(args, f, 1, 4096, &v)); o->http.n_http_threads = static_cast<int>(v); }
@@ -172,6 +178,7 @@ int cmd_serve(int argc, char **argv) {
     ServeOptions o;
     Status parsed = parse_serve_options(argc, argv, &o);
     if (parsed.ok()) parsed = parse_cache_types(o.cache_type_k, o.cache_type_v, &o.engine.kv_type);
+    if (parsed.ok() && !o.kv_policy.empty()) parsed = parse_kv_policy_flag(o.kv_policy, &o.engine.kv_policy);
     if (!parsed.ok()) {
         std::fprintf(stderr, "error: %s\nsee `sieve serve --help` for the options\n", parsed.message().c_str());
         return k_exit_usage;

@@ -1,5 +1,7 @@
 #include "sieve/server/api_request.h"
 
+#include "sieve/sparse/policy_spec.h"
+
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -298,6 +300,19 @@ bool api_parse_request(std::string_view body, ApiKind kind, const ApiLimits &lim
         if (!so->is_object()) return wrong_type(err, "stream_options", "an object", *so);
         if (!out->stream) return fail(err, "stream_options", "only allowed with \"stream\": true");
         if (!get_bool(*so, "include_usage", &out->include_usage, err)) return false;
+    }
+    auto pol = obj.find("kv_policy");
+    if (pol != obj.end() && !pol->is_null()) {
+        if (!pol->is_string()) return wrong_type(err, "kv_policy", "a string such as \"snapkv:keep=0.1\"", *pol);
+        const std::string text = pol->get<std::string>();
+        if (!text.empty() && text[0] == '@')
+            return fail(err, "kv_policy", "the server reads no files; give NAME[:key=value,...] (known policies: " +
+                                             kv_policy_names() + ")");
+        Result<KvPolicySpec> spec = kv_policy_spec_parse(text);
+        if (!spec.ok()) return fail(err, "kv_policy", spec.status().message());
+        Result<KvPolicyPtr> made = kv_policy_make(*spec);
+        if (!made.ok()) return fail(err, "kv_policy", made.status().message());
+        out->kv_policy = *made;
     }
     auto echo = obj.find("echo");
     if (echo != obj.end() && echo->is_boolean() && echo->get<bool>())

@@ -12,11 +12,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "sieve/engine/sampler.h"
+#include "sieve/sparse/policy.h"
 #include "sieve/tokenizer/chat_template.h"
 
 namespace sieve {
@@ -65,6 +67,8 @@ struct ApiRequest {
     bool include_usage = false;        // stream_options.include_usage
     int32_t n_logprobs = -1;           // -1 = no logprobs; else alternatives per token
     bool ignore_eos = false;
+    // "kv_policy": NAME[:key=value,...] (extension; unset = the server's --kv-policy)
+    std::optional<KvPolicyPtr> kv_policy;
 };
 
 // Parses and validates one body (already past json_body_check). On failure

@@ -39,6 +39,7 @@ struct ChoiceState {
     FinishReason reason = FinishReason::none;
     std::string error;
     int64_t n_gen = 0;
+    int64_t kv_rows_kept = 0, kv_rows_seen = 0;
 };
 
 struct GenJob {
@@ -56,6 +57,7 @@ struct GenJob {
     std::string model;
     int64_t created = 0;
     int64_t n_prompt = 0;
+    std::string kv_policy;  // the policy's label ("dense" when none)
     Clock::time_point t_arrival = Clock::now();
 
     std::mutex mu;
@@ -85,6 +87,8 @@ struct GenJob {
             c.reason = ev.finish_reason;
             c.error = ev.error;
             c.n_gen = ev.n_gen_tokens;
+            c.kv_rows_kept = ev.kv_rows_kept;
+            c.kv_rows_seen = ev.kv_rows_seen;
             --n_unfinished;
             metrics->observe_e2e(seconds_between(t_arrival, now));
             metrics->count_finished(ev.finish_reason);
@@ -192,6 +196,10 @@ std::shared_ptr<GenJob> gen_start(const ServingModel &m, ServerMetrics *metrics,
     job->model = m.model_id;
     job->created = m.created;
     job->n_prompt = static_cast<int64_t>(prompt.size());
+    {
+        const KvPolicyPtr &p = req.kv_policy ? *req.kv_policy : m.engine->options().kv_policy;
+        job->kv_policy = p ? p->name() : "dense";
+    }
     job->choices.resize(static_cast<size_t>(req.n));
     job->n_unfinished = req.n;
 
@@ -206,6 +214,7 @@ std::shared_ptr<GenJob> gen_start(const ServingModel &m, ServerMetrics *metrics,
         g.stop = req.stop;
         g.ignore_eos = req.ignore_eos;
         g.n_logprobs = req.n_logprobs;
+        g.kv_policy = req.kv_policy;
         // The callback keeps the job alive until the engine's last event.
         Result<uint64_t> id = m.engine->submit(std::move(g), [job, i](const GenEvent &ev) { job->on_event(i, ev); });
         if (!id.ok()) {
@@ -285,7 +294,20 @@ json empty_logprobs(ApiKind kind) {
 json usage_json(const GenJob &job) {
     int64_t n_gen = 0;
     for (const ChoiceState &c : job.choices) n_gen += c.n_gen;
-    return json{{"prompt_tokens", job.n_prompt}, {"completion_tokens", n_gen}, {"total_tokens", job.n_prompt + n_gen}};
+    json u{{"prompt_tokens", job.n_prompt}, {"completion_tokens", n_gen}, {"total_tokens", job.n_prompt + n_gen}};
+    // Extension: the KV the request's lanes held at the end against a dense
+    // cache (summed over its choices); compression = dense / kept.
+    int64_t kept = 0, seen = 0;
+    for (const ChoiceState &c : job.choices) {
+        kept += c.kv_rows_kept;
+        seen += c.kv_rows_seen;
+    }
+    if (seen > 0)
+        u["kv"] = {{"policy", job.kv_policy},
+                   {"rows_kept", kept},
+                   {"rows_dense", seen},
+                   {"compression", kept > 0 ? static_cast<double>(seen) / static_cast<double>(kept) : 0.0}};
+    return u;
 }
 
 json chunk_base(const GenJob &job) {

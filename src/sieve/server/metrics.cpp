@@ -89,6 +89,20 @@ std::string ServerMetrics::render(const EngineStats *s) const {
           static_cast<double>(st.swap_bytes_used));
     gauge(&out, "sieve:kv_swap_bytes_total", "gauge", "The swap space (--swap-space).",
           static_cast<double>(st.swap_bytes_total));
+    gauge(&out, "sieve:kv_pages_evicted_total", "counter", "KV pages returned to the pool by policy compactions.",
+          static_cast<double>(st.kv_pages_evicted));
+    if (!st.policies.empty()) {
+        out += "# HELP sieve:kv_compression_ratio KV rows kept / rows seen at the after-prefill point, per policy.\n"
+               "# TYPE sieve:kv_compression_ratio gauge\n";
+        for (const PolicyCounters &p : st.policies)
+            out += strfmt("sieve:kv_compression_ratio{policy=\"%s\"} %.6g\n", p.policy.c_str(),
+                          p.rows_seen > 0 ? static_cast<double>(p.rows_kept) / static_cast<double>(p.rows_seen) : 1.0);
+        out += "# HELP sieve:kv_policy_requests_total Requests whose prompt went through each policy.\n"
+               "# TYPE sieve:kv_policy_requests_total counter\n";
+        for (const PolicyCounters &p : st.policies)
+            out += strfmt("sieve:kv_policy_requests_total{policy=\"%s\"} %lld\n", p.policy.c_str(),
+                          static_cast<long long>(p.requests));
+    }
     gauge(&out, "sieve:prompt_tokens_total", "counter", "Prompt tokens processed.",
           static_cast<double>(st.prompt_tokens_total));
     gauge(&out, "sieve:generation_tokens_total", "counter", "Tokens generated.",
