@@ -32,8 +32,8 @@ sieve_bench_test(jsonl_pp 0
 sieve_bench_test(jsonl_tg 0 "^\\{.*\"n_prompt\": 0, \"n_gen\": 4, \"n_depth\": 0, .*\"gbps\": [0-9.]+, \"bw_frac\": [0-9.]+, " "" ${bench_small} -o jsonl)
 sieve_bench_test(json_array 0 "^    \"n_gen\": 4,$" "" ${bench_small} -o json)
 sieve_bench_test(json_close 0 "^\\]$" "" ${bench_small} -o json)
-sieve_bench_test(csv_header 0 "^build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,kv_store,use_mmap,huge_frac,n_prompt,n_gen,n_depth,.*avg_ts,stddev_ts,median_ts,gbps,bw_frac,bw_gbps,samples_ns,samples_ts$" "" ${bench_small} -o csv)
-sieve_bench_test(csv_row 0 "^\"sieve\",.*,\"llama 293K F32\",1171200,292800,512,512,[0-9]+,\"f16\",\"f16\",\"vattention\",0,[0-9.]+,0,4,0," "" ${bench_small} -o csv)
+sieve_bench_test(csv_header 0 "^build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,kv_store,kv_policy,use_mmap,huge_frac,n_prompt,n_gen,n_depth,.*avg_ts,stddev_ts,median_ts,gbps,bw_frac,bw_gbps,samples_ns,samples_ts$" "" ${bench_small} -o csv)
+sieve_bench_test(csv_row 0 "^\"sieve\",.*,\"llama 293K F32\",1171200,292800,512,512,[0-9]+,\"f16\",\"f16\",\"vattention\",\"dense\",0,[0-9.]+,0,4,0," "" ${bench_small} -o csv)
 # Lists: comma lists and repeats; -p 0 skips pp.
 sieve_bench_test(list_comma 0 "\\| pp12 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
 sieve_bench_test(list_repeat 0 "\\| tg3 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
@@ -44,6 +44,13 @@ sieve_bench_test(mmap_default 0 "\"use_mmap\": false, \"huge_frac\": [0-9.]+" "w
 sieve_bench_test(mmap_on 0 "\"use_mmap\": true, " "0\.0 MiB of weights copied at load.*-mmp 1" ${bench_small} -mmp 1 -o jsonl)
 sieve_bench_test(bad_mmap 2 "" "-mmp: expected 0 or 1, got 'yes'" ${bench_small} -mmp yes)
 # Bad command lines name the flag and what was expected.
+# --kv-policy: the depth fill is compressed; the label shows in the test name and jsonl.
+sieve_bench_test(policy_md 0 "\\| tg4 @ d70 snapkv:keep=0.25 \\| [0-9.]+ ± [0-9.]+ \\|" "" ${bench_small} -d 70 --kv-policy snapkv:keep=0.25)
+sieve_bench_test(policy_sliding 0 "\\| tg4 @ d70 streaming:budget=20 \\|" "" ${bench_small} -d 70 --kv-policy streaming:budget=20 -n 4)
+sieve_bench_test(policy_h2o 0 "\\| pp16 @ d70 h2o:keep=0.5 \\|" "" ${bench_small} -d 0,70 --kv-policy h2o:keep=0.5)
+sieve_bench_test(policy_jsonl 0 "\"kv_policy\": \"pyramidkv:keep=0.3\"" "" ${bench_small} -d 70 --kv-policy pyramidkv:keep=0.3 -o jsonl)
+sieve_bench_test(bad_policy 2 "" "--kv-policy: KV policy 'snapkv:agg=sum': agg=sum: expected mean or max" ${bench_small} --kv-policy snapkv:agg=sum)
+sieve_bench_test(policy_contiguous 2 "" "--kv-policy needs --kv vattention" ${bench_small} --kv-policy snapkv --kv contiguous)
 sieve_bench_test(help 0 "usage: sieve bench" "" --help)
 sieve_bench_test(bad_format 2 "" "-o: expected md, csv, json or jsonl, got 'xml'" ${bench_small} -o xml)
 sieve_bench_test(bad_list 2 "" "-p: expected" ${bench_small} -p 8,x)

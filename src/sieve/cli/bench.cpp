@@ -54,6 +54,7 @@ struct BenchOptions {
     int64_t kv_memory = 0;           // --kv-memory; 0 = what the test needs
     int64_t kv_page = 64 * 1024;     // --kv-page-size
     bool mmap = false;               // -mmp 1 / --mmap: weights stay in the file mapping
+    KvPolicyPtr kv_policy;           // --kv-policy: applied to the depth fill (null = dense)
 };
 
 void print_usage(FILE *out) {
@@ -77,6 +78,9 @@ void print_usage(FILE *out) {
                  "      --kv-page-size SIZE     KV page size, 4KiB .. 2MiB, power of two (default 64KiB)\n"
                  "  -ctk, --cache-type-k T      KV row type: f16 (default), bf16, or f32 (exact)\n"
                  "  -ctv, --cache-type-v T      the same for V (sieve keeps K and V in one type)\n"
+                 "      --kv-policy P           KV policy, NAME[:key=value,...] or @FILE.json (default dense):\n"
+                 "                              the depth fill is the prompt it compresses (once per depth,\n"
+                 "                              then restored for every run); tg steps run its decode point\n"
                  "  -mmp, --mmap 0|1            1: leave the weights in the file mapping; 0: copy them\n"
                  "                              into huge pages (default 0)\n"
                  "  -h, --help\n");
@@ -163,6 +167,10 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
             Result<std::string> v = args.value("f16, bf16 or f32");
             if (!v.ok()) return fail(v.status());
             (flag == "-ctk" || flag == "--cache-type-k" ? type_k : type_v) = v.value();
+        } else if (flag == "--kv-policy") {
+            Result<std::string> v = args.value("NAME[:key=value,...] or @FILE.json");
+            if (!v.ok()) return fail(v.status());
+            st = parse_kv_policy_flag(v.value(), &o->kv_policy);
         } else if (flag == "--kv-memory" || flag == "--kv-page-size") {
             Result<std::string> v = args.value("a size such as 512MiB");
             if (!v.ok()) return fail(v.status());
@@ -175,6 +183,8 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
         if (!st.ok()) return fail(st);
     }
     if (Status st = parse_cache_types(type_k, type_v, &o->kv_type); !st.ok()) return fail(st);
+    if (o->kv_policy && o->kv != "vattention")
+        return fail(Status::error("--kv-policy needs --kv vattention (the depth is kept as a swap image)"));
     if (o->models.empty()) o->models.push_back(default_model_path());
     if (o->n_threads.empty())
         o->n_threads.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())));
@@ -253,7 +263,8 @@ public:
                 tokens_[static_cast<size_t>(i)] = tok(rng_);
                 pos_[static_cast<size_t>(i)] = static_cast<int32_t>(p0 + i);
             }
-            Batch b{tokens_.data(), pos_.data(), seq_.data(), m, nullptr};
+            sinks_.assign(static_cast<size_t>(m), state_ && state_->scoring ? &state_->sink : nullptr);
+            Batch b{tokens_.data(), pos_.data(), seq_.data(), m, nullptr, sinks_.data()};
             SIEVE_TRY(model_.forward(b, kv_, ws_, pool_));
             done += m;
         }
@@ -262,18 +273,61 @@ public:
 
     // Brings slot 0 to exactly `depth` rows of KV: rolls back, or fills.
     Status set_depth(int64_t depth) {
+        if (policy_) return set_depth_with_policy(depth);
         if (kv_.n_pos(0) > depth) kv_.set_n_pos(0, depth);
         if (kv_.n_pos(0) < depth) SIEVE_TRY(append(depth - kv_.n_pos(0), n_batch_));
         return Status();
     }
 
+    // With a policy the depth is a prompt it compresses: filled (scored) and
+    // compacted once per depth, kept as a swap image with the policy's state,
+    // and restored before every run (compacted lanes cannot be rolled back).
+    void set_policy(KvPolicyPtr p, int64_t max_rows) {
+        policy_ = std::move(p);
+        max_rows_ = max_rows;
+    }
+
+    Status set_depth_with_policy(int64_t depth) {
+        auto &vkv = static_cast<VAttentionKv &>(kv_);
+        if (!image_ || image_depth_ != depth) {
+            kv_.clear(0);
+            state_ = policy_->make_state(kv_.shape(), model_.config().n_head, max_rows_);
+            policy_->begin_prefill(state_.get(), depth);
+            if (depth > 0) SIEVE_TRY(append(depth, n_batch_));
+            PolicyContext ctx = context(depth);
+            if (depth > 0) SIEVE_TRY(policy_->after_prefill(ctx));
+            image_ = std::make_unique<KvSwapImage>();
+            SIEVE_TRY(vkv.swap_out(0, image_.get()));
+            image_depth_ = depth;
+            saved_state_ = state_ ? std::make_unique<KvPolicyState>(*state_) : nullptr;
+        }
+        vkv.release(0);
+        SIEVE_TRY(vkv.swap_in(0, *image_));
+        if (saved_state_) {
+            *state_ = *saved_state_;
+            state_->sink.acc = state_->acc.empty() ? nullptr : state_->acc.data();
+        }
+        return Status();
+    }
+
     // One timed run at `depth`: pp (n_prompt tokens in batches) or tg
-    // (n_gen single-token steps). *ns = wall time of the forward passes.
+    // (n_gen single-token steps, each followed by the policy's decode point).
+    // *ns = wall time of the forward passes and the policy's work.
     Status run_once(int64_t depth, int64_t n_prompt, int64_t n_gen, int64_t *ns) {
         SIEVE_TRY(set_depth(depth));
         const int64_t t0 = time_ns();
         if (n_prompt > 0) SIEVE_TRY(append(n_prompt, n_batch_));
-        if (n_gen > 0) SIEVE_TRY(append(n_gen, 1));
+        if (n_gen > 0) {
+            if (policy_ && policy_->acts_after_decode()) {
+                const PolicyContext ctx = context(depth);
+                for (int64_t i = 0; i < n_gen; ++i) {
+                    SIEVE_TRY(append(1, 1));
+                    SIEVE_TRY(policy_->after_decode(ctx));
+                }
+            } else {
+                SIEVE_TRY(append(n_gen, 1));
+            }
+        }
         *ns = time_ns() - t0;
         return Status();
     }
@@ -288,9 +342,25 @@ private:
     KvCache &kv_;
     Workspace &ws_;
     ThreadPool &pool_;
+    PolicyContext context(int64_t n_prompt) {
+        PolicyContext ctx;
+        ctx.kv = &kv_;
+        ctx.slot = 0;
+        ctx.n_prompt = n_prompt;
+        ctx.n_head = model_.config().n_head;
+        ctx.state = state_.get();
+        return ctx;
+    }
+
     int64_t n_batch_;
     std::mt19937 rng_;
     std::vector<int32_t> tokens_, pos_, seq_;
+    std::vector<AttnScoreSink *> sinks_;
+    KvPolicyPtr policy_;
+    int64_t max_rows_ = 0;
+    std::unique_ptr<KvPolicyState> state_, saved_state_;
+    std::unique_ptr<KvSwapImage> image_;
+    int64_t image_depth_ = -1;
 };
 
 Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &model, int64_t n_ctx) {
@@ -349,6 +419,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
     for (int64_t n_threads : o.n_threads) {
         ThreadPool pool(static_cast<int>(n_threads));
         Runner runner(m, **kv, *ws, pool, o.n_batch);
+        if (o.kv_policy) runner.set_policy(o.kv_policy, n_ctx);
         (*kv)->clear(0);
         for (int64_t depth : o.n_depth) {
             for (const Test &t : tests) {
@@ -360,6 +431,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                 row.n_batch = o.n_batch;
                 row.n_threads = static_cast<int>(n_threads);
                 row.kv_store = o.kv;
+                row.kv_policy = o.kv_policy ? o.kv_policy->name() : "dense";
                 row.type_k = row.type_v = cpu::row_type_name(o.kv_type);
                 row.use_mmap = o.mmap;
                 row.huge_frac = huge_frac;
@@ -381,7 +453,15 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                 bench_row_finish(&row);
                 if (t.n_gen > 0) {
                     // Token i (0-based) attends to depth + i + 1 positions.
-                    const double mean_kv_pos = static_cast<double>(depth) + 0.5 * static_cast<double>(t.n_gen + 1);
+                    // Rows a lane holds before the first step: the depth, or what the policy kept of it.
+                    double rows0 = static_cast<double>(depth);
+                    if (o.kv_policy) {
+                        const int64_t n_layer = m.config().n_layer;
+                        rows0 = 0;
+                        for (int64_t l = 0; l < n_layer; ++l) rows0 += static_cast<double>(o.kv_policy->kept_rows(depth, l, n_layer));
+                        rows0 /= static_cast<double>(n_layer);
+                    }
+                    const double mean_kv_pos = rows0 + 0.5 * static_cast<double>(t.n_gen + 1);
                     const double bytes_per_tok = static_cast<double>(facts.weight_read_bytes) +
                                                  mean_kv_pos * static_cast<double>(facts.kv_bytes_per_pos);
                     row.gbps = bytes_per_tok * row.avg_ts / 1e9;

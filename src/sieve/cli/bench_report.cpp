@@ -109,6 +109,7 @@ std::vector<Field> fields_of(const BenchRow &r) {
         {"type_k", s(r.type_k)},
         {"type_v", s(r.type_v)},
         {"kv_store", s(r.kv_store)},
+        {"kv_policy", s(r.kv_policy)},
         {"use_mmap", Field{nullptr, r.use_mmap ? "true" : "false", r.use_mmap ? "1" : "0"}},
         {"huge_frac", d(r.huge_frac)},
         {"n_prompt", i(r.n_prompt)},
@@ -152,6 +153,7 @@ std::string bench_test_name(const BenchRow &r) {
     std::string name = r.n_prompt > 0 ? strfmt("pp%lld", static_cast<long long>(r.n_prompt))
                                       : strfmt("tg%lld", static_cast<long long>(r.n_gen));
     if (r.n_depth > 0) name += strfmt(" @ d%lld", static_cast<long long>(r.n_depth));
+    if (r.kv_policy != "dense") name += " " + r.kv_policy;
     return name;
 }
 

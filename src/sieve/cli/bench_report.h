@@ -24,6 +24,7 @@ struct BenchRow {
     int n_threads = 0;
     std::string type_k = "f32", type_v = "f32";
     std::string kv_store;        // "vattention" | "contiguous"
+    std::string kv_policy = "dense";  // --kv-policy label, applied to the depth fill
     bool use_mmap = false;       // weights left in the file mapping (llama-bench's field)
     double huge_frac = 0;        // share of the placed weights on huge pages at load
     int64_t n_prompt = 0, n_gen = 0, n_depth = 0;

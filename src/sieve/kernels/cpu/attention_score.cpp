@@ -200,22 +200,84 @@ inline void transpose16(__m512 r[16]) {
     }
 }
 
+#if defined(__AVX512BW__)
+// 16 f16 / bf16 values (one dimension of 16 keys) -> f32.
+template <RowType T>
+inline __m512 widen16(__m256i h) {
+    if constexpr (T == RowType::f16)
+        return _mm512_cvtph_ps(h);
+    else
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Keys j .. j + 15 (n of them real, the rest 0) x dims c0 .. c0 + 31 of 16-bit
+// rows, transposed in the 16-bit domain (half the shuffles per element of the
+// f32 transpose) and widened per dimension. The 512-bit shuffles all issue on
+// one port, which bounds the f32 transpose; the first two stages here use
+// shifts and blends instead, which issue on the others.
+template <RowType T>
+inline void transpose_16x32(const uint16_t *k, int64_t n, int64_t d, int64_t c0, float *kt) {
+    __m512i r[16];
+    for (int64_t i = 0; i < 16; ++i)
+        r[i] = i < n ? _mm512_loadu_si512(k + i * d + c0) : _mm512_setzero_si512();
+    // r[i]: key i, 16-bit element e = dim e. Stage 1: 32-bit element e of
+    // a[2p + s] = keys (2p, 2p + 1) at dim 2e + s.
+    __m512i a[16];
+    for (int p = 0; p < 8; ++p) {
+        a[2 * p] = _mm512_mask_blend_epi16(0xAAAAAAAA, r[2 * p], _mm512_slli_epi32(r[2 * p + 1], 16));
+        a[2 * p + 1] = _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srli_epi32(r[2 * p], 16), r[2 * p + 1]);
+    }
+    // Stage 2: 64-bit element f of b[4q + t] = keys 4q .. 4q + 3 at dim 4f + t.
+    __m512i b[16];
+    for (int q = 0; q < 4; ++q)
+        for (int s = 0; s < 2; ++s) {
+            const __m512i x = a[4 * q + s], y = a[4 * q + 2 + s];
+            b[4 * q + s] = _mm512_mask_blend_epi32(0xAAAA, x, _mm512_slli_epi64(y, 32));
+            b[4 * q + 2 + s] = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(x, 32), y);
+        }
+    // Stage 3: 128-bit lane L of c[8o + k] = keys 8o .. 8o + 7 at dim 8L + k.
+    __m512i c[16];
+    for (int o = 0; o < 2; ++o)
+        for (int t = 0; t < 4; ++t) {
+            c[8 * o + t] = _mm512_unpacklo_epi64(b[8 * o + t], b[8 * o + 4 + t]);
+            c[8 * o + 4 + t] = _mm512_unpackhi_epi64(b[8 * o + t], b[8 * o + 4 + t]);
+        }
+    // Stage 4: 256-bit half H of x[2k + u] = the 16 keys at dim 16u + 8H + k.
+    alignas(64) __m512i x[16];
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for (int k = 0; k < 8; ++k) {
+        x[2 * k] = _mm512_permutex2var_epi64(c[k], lo, c[8 + k]);
+        x[2 * k + 1] = _mm512_permutex2var_epi64(c[k], hi, c[8 + k]);
+    }
+    const __m256i *h = reinterpret_cast<const __m256i *>(x);
+    for (int k = 0; k < 8; ++k)
+        for (int u = 0; u < 2; ++u)
+            for (int half = 0; half < 2; ++half)
+                _mm512_store_ps(kt + (c0 + 16 * u + 8 * half + k) * k_kt, widen16<T>(_mm256_load_si256(h + 2 * (2 * k + u) + half)));
+}
+#endif
+
 template <RowType T>
 void widen_transpose(const void *k, int64_t nb, int64_t d, float *kt) {
-    const int64_t d16 = d / 16 * 16;
     for (int64_t j = 0; j < k_kt; j += 16) {
         if (j >= nb) {
             for (int64_t c = 0; c < d; ++c) _mm512_store_ps(kt + c * k_kt + j, _mm512_setzero_ps());
             continue;
         }
         const int64_t n = std::min<int64_t>(16, nb - j);
-        for (int64_t c0 = 0; c0 < d16; c0 += 16) {
+        int64_t c0 = 0;
+#if defined(__AVX512BW__)
+        if constexpr (T != RowType::f32)
+            for (; c0 + 32 <= d; c0 += 32)
+                transpose_16x32<T>(static_cast<const uint16_t *>(k) + j * d, n, d, c0, kt + j);
+#endif
+        for (; c0 + 16 <= d; c0 += 16) {
             __m512 r[16];
             for (int64_t i = 0; i < 16; ++i) r[i] = i < n ? load16<T>(k, (j + i) * d + c0) : _mm512_setzero_ps();
             transpose16(r);
             for (int i = 0; i < 16; ++i) _mm512_store_ps(kt + (c0 + i) * k_kt + j, r[i]);
         }
-        for (int64_t c = d16; c < d; ++c)
+        for (int64_t c = c0; c < d; ++c)
             for (int64_t i = 0; i < 16; ++i) kt[c * k_kt + j + i] = i < n ? widen_one(T, k, (j + i) * d + c) : 0.0f;
     }
 }
