@@ -263,38 +263,50 @@ Status run_reference(const CellContext &c, std::vector<CellSample> &cell, const 
 }
 
 // Step 3: one policy (row >= 1) against the reference.
+//
+// First the teacher-forced runs, alone in their engine: their batches are
+// then the reference's step for step, so a policy that keeps every row gives
+// the reference's logits bit for bit (KL exactly 0). Then a free run for the
+// samples that need one: where the policy's argmax agreed with the forced
+// token at every step, free decoding would produce exactly the reference's
+// tokens (the forced run is the free run until the first disagreement), so
+// the sample takes the reference's output and score.
 Status run_policy(const CellContext &c, const std::vector<CellSample> &cell, int row, const std::string &task,
                   int64_t ctx) {
     const EvalRow &er = c.result->rows[static_cast<size_t>(row)];
     const KvPolicyPtr &policy = c.policies[static_cast<size_t>(row - 1)];
     const bool reuse_free = reuses_reference(policy, er.kv_type, c.plan);
+    const bool ppl = !cell[0].tail.empty();
     // The reference rows of this cell, pushed by run_reference before any policy row.
     const size_t ref_base =
         c.result->samples.size() - cell.size() * static_cast<size_t>(row - 1) - cell.size();
-    Result<std::unique_ptr<Engine>> engine = make_engine(c, cell, er.kv_type, policy);
-    if (!engine.ok()) return engine.status();
     const int64_t n_vocab = c.model.config().n_vocab;
-    const size_t per = reuse_free || !cell[0].tail.empty() ? 1 : 2;  // forced [, free]
-    std::vector<Job> jobs(cell.size() * per);
+    const std::string what = task + " @" + std::to_string(ctx) + " " + er.policy;
+    const int64_t t0 = time_us();
+    int64_t peak = 0;
+    const auto run = [&](std::vector<Job> &jobs) -> Status {
+        Result<std::unique_ptr<Engine>> engine = make_engine(c, cell, er.kv_type, policy);
+        if (!engine.ok()) return engine.status();
+        Result<int64_t> pk = run_jobs(**engine, jobs, [&] {
+            ++*c.n_done;
+            if (c.hooks.progress) c.hooks.progress(*c.n_done, c.n_total, what);
+        });
+        if (!pk.ok()) return pk.status();
+        peak = std::max(peak, *pk);
+        return Status();
+    };
+
+    std::vector<Job> forced(cell.size());
     for (size_t i = 0; i < cell.size(); ++i) {
         const CellSample &cs = cell[i];
-        Job &forced = jobs[i * per];
-        forced.ref = &cs;
-        forced.req = greedy_request(cs, c.max_tokens);
-        forced.req.forced_tokens = cs.ref_tokens;
-        forced.req.max_tokens = static_cast<int64_t>(cs.ref_tokens.size());
-        forced.log_q.resize(static_cast<size_t>(n_vocab));
-        if (per == 2) jobs[i * per + 1].req = greedy_request(cs, c.max_tokens);
-    }
-    const std::string what = task + " @" + std::to_string(ctx) + " " + er.policy;
-    // The forced runs alone first, then the free ones: the forced batches are
-    // then the reference's, step for step, so a policy that keeps every row
-    // reproduces the reference's logits bit for bit (KL exactly 0).
-    std::vector<Job> forced_jobs, free_jobs;
-    for (size_t i = 0; i < jobs.size(); ++i) (i % per == 0 ? forced_jobs : free_jobs).push_back(std::move(jobs[i]));
-    for (Job &j : forced_jobs) {
-        Job *fj = &j;  // the job's final address: on_logits compares against the reference
-        j.req.on_logits = [fj](const float *logits, int64_t n) {
+        Job &f = forced[i];
+        f.ref = &cs;
+        f.req = greedy_request(cs, c.max_tokens);
+        f.req.forced_tokens = cs.ref_tokens;
+        f.req.max_tokens = static_cast<int64_t>(cs.ref_tokens.size());
+        f.log_q.resize(static_cast<size_t>(n_vocab));
+        Job *fj = &f;
+        f.req.on_logits = [fj](const float *logits, int64_t n) {
             const size_t step = static_cast<size_t>(fj->acc.n_steps());
             if (step >= fj->ref->ref_tokens.size()) return;
             eval_log_softmax(logits, n, fj->log_q.data());
@@ -302,42 +314,44 @@ Status run_policy(const CellContext &c, const std::vector<CellSample> &cell, int
                         fj->ref->ref_tokens[step]);
         };
     }
-    const int64_t t0 = time_us();
-    int64_t peak = 0;
-    for (std::vector<Job> *js : {&forced_jobs, &free_jobs}) {
-        if (js->empty()) continue;
-        Result<std::unique_ptr<Engine>> e = js == &forced_jobs ? std::move(engine) : make_engine(c, cell, er.kv_type, policy);
-        if (!e.ok()) return e.status();
-        Result<int64_t> pk = run_jobs(**e, *js, [&] {
-            ++*c.n_done;
-            if (c.hooks.progress) c.hooks.progress(*c.n_done, c.n_total, what);
-        });
-        if (!pk.ok()) return pk.status();
-        peak = std::max(peak, *pk);
+    SIEVE_TRY(run(forced));
+
+    // Free runs where the forced one left the reference's path.
+    std::vector<size_t> free_of(cell.size(), SIZE_MAX);
+    std::vector<Job> free_jobs;
+    for (size_t i = 0; i < cell.size() && !reuse_free && !ppl; ++i) {
+        const StepMetrics m = forced[i].acc.result();
+        const bool same_path = forced[i].error.empty() &&
+                               m.n_steps == static_cast<int64_t>(cell[i].ref_tokens.size()) && m.agreement == 1.0;
+        if (same_path) continue;
+        free_of[i] = free_jobs.size();
+        free_jobs.emplace_back();
+        free_jobs.back().req = greedy_request(cell[i], c.max_tokens);
     }
+    // Counted as done for the progress bar either way.
+    *c.n_done += static_cast<int64_t>(reuse_free || ppl ? 0 : cell.size() - free_jobs.size());
+    if (!free_jobs.empty()) SIEVE_TRY(run(free_jobs));
     c.result->runs.push_back({row, task, ctx, peak, static_cast<double>(time_us() - t0) / 1e3});
-    jobs.clear();
-    for (size_t i = 0; i < cell.size(); ++i) {
-        jobs.push_back(std::move(forced_jobs[i]));
-        if (per == 2) jobs.push_back(std::move(free_jobs[i]));
-    }
+
     for (size_t i = 0; i < cell.size(); ++i) {
         const CellSample &cs = cell[i];
-        const Job &forced = jobs[i * per];
-        const Job &free_run = per == 2 ? jobs[i * per + 1] : forced;
-        EvalSampleResult r = sample_result(row, cs, free_run);
-        r.rows_kept = forced.rows_kept;
-        r.rows_dense = forced.rows_dense;
-        r.steps = forced.acc.result();
-        if (!forced.error.empty()) r.error = forced.error;
-        if (reuse_free) {
+        const Job &f = forced[i];
+        const bool own_free = free_of[i] != SIZE_MAX;
+        EvalSampleResult r = sample_result(row, cs, own_free ? free_jobs[free_of[i]] : f);
+        r.rows_kept = f.rows_kept;
+        r.rows_dense = f.rows_dense;
+        r.steps = f.acc.result();
+        if (!f.error.empty()) r.error = f.error;
+        if (own_free) {
+            score_free(&r, cs, free_jobs[free_of[i]]);
+        } else if (ppl) {
+            score_free(&r, cs, f);
+        } else {
             const EvalSampleResult &ref = c.result->samples[ref_base + i];
             r.scored = ref.scored;
             r.correct = ref.correct && r.error.empty();
             r.output = ref.output;
             r.n_gen = ref.n_gen;
-        } else {
-            score_free(&r, cs, free_run);
         }
         c.result->samples.push_back(std::move(r));
     }

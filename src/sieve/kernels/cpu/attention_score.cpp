@@ -216,10 +216,10 @@ inline __m512 widen16(__m256i h) {
 // one port, which bounds the f32 transpose; the first two stages here use
 // shifts and blends instead, which issue on the others.
 template <RowType T>
-inline void transpose_16x32(const uint16_t *k, int64_t n, int64_t d, int64_t c0, float *kt) {
+inline void transpose_16x32(const uint16_t *rows, int64_t n, int64_t d, int64_t c0, float *kt) {
     __m512i r[16];
     for (int64_t i = 0; i < 16; ++i)
-        r[i] = i < n ? _mm512_loadu_si512(k + i * d + c0) : _mm512_setzero_si512();
+        r[i] = i < n ? _mm512_loadu_si512(rows + i * d + c0) : _mm512_setzero_si512();
     // r[i]: key i, 16-bit element e = dim e. Stage 1: 32-bit element e of
     // a[2p + s] = keys (2p, 2p + 1) at dim 2e + s.
     __m512i a[16];
