@@ -91,6 +91,16 @@ sieve_run_test(cache_type_bf16 0 "^Once upon a time.{20,}" "generation: 8 tokens
   -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 --temp 0 --cache-type-k bf16)
 sieve_run_test(cache_type_mixed 2 "" "--cache-type-k f16 and --cache-type-v f32 differ"
   -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 -ctk f16 -ctv f32)
+# --kv-policy: the prompt is compressed (the log says how much) and generation goes on.
+set(long_prompt "Once upon a time there was a little girl named Lily. She liked to play in the park with her dog. One day she saw a big red ball under a tree and ran to get it. Her dog ran after her and they played all day.")
+sieve_run_test(kv_policy_snapkv 0 "^Once upon a time.{20,}" "KV policy snapkv:keep=0.25: [0-9]+ positions, 2[0-9]\\.[0-9]% of the rows kept"
+  -- -m ${SIEVE_STORIES} -p "${long_prompt}" -n 16 --temp 0 --kv-policy snapkv:keep=0.25)
+sieve_run_test(kv_policy_sliding 0 "^Once upon a time.{20,}" "KV policy streaming:budget=12: [0-9]+ positions, 1[0-9]\\.[0-9]% of the rows kept"
+  -- -m ${SIEVE_STORIES} -p "${long_prompt}" -n 60 --temp 0 --kv-policy streaming:budget=12)
+sieve_run_test(kv_policy_h2o 0 "^Once upon a time.{20,}" "generation: 60 tokens"
+  -- -m ${SIEVE_STORIES} -p "${long_prompt}" -n 60 --temp 0 --kv-policy h2o:budget=20)
+sieve_run_test(kv_policy_bad 2 "" "--kv-policy: KV policy 'h2o:window=3': h2o has no key 'window'"
+  -- -m ${SIEVE_STORIES} -p "Once" -n 4 --kv-policy h2o:window=3)
 sieve_run_test(cnv_without_template 1 "" "no tokenizer.chat_template.*--chat-template"
   -- -m ${SIEVE_STORIES} -cnv -p hi)
 

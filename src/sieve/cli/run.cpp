@@ -79,10 +79,27 @@ public:
                 tokens.size(), static_cast<long long>(n_ctx_ - n_past()), static_cast<long long>(n_ctx_),
                 static_cast<long long>(model_.config().n_ctx_train));
         const int64_t t0 = time_us();
+        if (policy_) {
+            if (!state_) state_ = policy_->make_state(kv_.shape(), model_.config().n_head, n_ctx_);
+            policy_->begin_prefill(state_.get(), n_past() + static_cast<int64_t>(tokens.size()));
+        }
         for (size_t begin = 0; begin < tokens.size();) {
             const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(ws_.max_tokens()));
             SIEVE_TRY(forward(tokens.data() + begin, static_cast<int64_t>(n)));
             begin += n;
+        }
+        if (policy_) {
+            // The policy's after-prefill point on everything the KV holds now
+            // (budgets are fractions of all positions so far).
+            policy_n_prompt_ = n_past();
+            SIEVE_TRY(policy_->after_prefill(policy_context()).with_context("KV policy " + policy_->name()));
+            int64_t kept = 0;
+            const KvShape &sh = kv_.shape();
+            for (int64_t l = 0; l < sh.n_layer; ++l)
+                for (int64_t g = 0; g < sh.n_head_kv; ++g) kept += kv_.n_rows(0, l, g);
+            SIEVE_LOG_INFO("KV policy %s: %lld positions, %.1f%% of the rows kept", policy_->name().c_str(),
+                           static_cast<long long>(n_past()),
+                           100.0 * static_cast<double>(kept) / static_cast<double>(sh.n_layer * sh.n_head_kv * n_past()));
         }
         for (int32_t t : tokens) sampler_.accept(t);
         stats_.n_prompt += static_cast<int64_t>(tokens.size());
@@ -115,6 +132,8 @@ public:
                 break;
             }
             SIEVE_TRY(forward(&id, 1));
+            if (policy_ && policy_->acts_after_decode())
+                SIEVE_TRY(policy_->after_decode(policy_context()).with_context("KV policy " + policy_->name()));
             ++stats_.n_decode;
             // This step read every weight and the K/V rows of n_past() tokens.
             stats_.decode_bytes += static_cast<double>(model_.weight_bytes()) +
@@ -134,9 +153,22 @@ public:
     void clear() {
         kv_.clear(0);
         sampler_.reset();
+        state_.reset();
     }
 
+    void set_policy(KvPolicyPtr p) { policy_ = std::move(p); }
+
 private:
+    PolicyContext policy_context() {
+        PolicyContext ctx;
+        ctx.kv = &kv_;
+        ctx.slot = 0;
+        ctx.n_prompt = policy_n_prompt_;
+        ctx.n_head = model_.config().n_head;
+        ctx.state = state_.get();
+        return ctx;
+    }
+
     Status forward(const int32_t *tokens, int64_t n) {
         const int64_t p0 = n_past();
         for (int64_t i = 0; i < n; ++i) pos_[static_cast<size_t>(i)] = static_cast<int32_t>(p0 + i);
@@ -145,6 +177,8 @@ private:
         b.pos = pos_.data();
         b.seq = seq_.data();
         b.n_tokens = n;
+        sinks_.assign(static_cast<size_t>(n), state_ && state_->scoring ? &state_->sink : nullptr);
+        b.score_sinks = sinks_.data();
         return model_.forward(b, kv_, ws_, pool_);
     }
 
@@ -156,7 +190,11 @@ private:
     Sampler &sampler_;
     int64_t n_ctx_;
     std::vector<int32_t> pos_, seq_;  // [max_tokens] batch scratch
+    std::vector<AttnScoreSink *> sinks_;
     RunStats stats_;
+    KvPolicyPtr policy_;                   // null: dense
+    std::unique_ptr<KvPolicyState> state_;  // its score sink
+    int64_t policy_n_prompt_ = 0;
 };
 
 void print_stats(const RunStats &s) {
@@ -304,6 +342,14 @@ int cmd_run(int argc, char **argv) {
     if (cnv) SIEVE_LOG_INFO("chat template: %s", chat_format_name(tmpl.format));
 
     Generator gen(**model, **tok, **kv, *ws, pool, sampler, n_ctx);
+    if (!o.kv_policy.empty()) {
+        KvPolicyPtr policy;
+        if (Status st = parse_kv_policy_flag(o.kv_policy, &policy); !st.ok()) {
+            std::fprintf(stderr, "sieve run: %s\n", st.message().c_str());
+            return k_exit_usage;
+        }
+        gen.set_policy(std::move(policy));
+    }
     const std::string bos_text = (*tok)->bos_id() >= 0 ? (*tok)->token_to_piece((*tok)->bos_id()) : "";
 
     // Tokenizes text to append to the KV: BOS only at the start of the

@@ -39,6 +39,9 @@ void run_options_usage(FILE *out) {
                  "  --kv-page-size SIZE       KV page size, 4KiB .. 2MiB, power of two (default: 64KiB)\n"
                  "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
                  "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
+                 "  --kv-policy P             KV policy, NAME[:key=value,...] or @FILE.json (default dense;\n"
+                 "                            docs/sparsity.md): applied after each prompt, and while decoding\n"
+                 "                            for the sliding ones\n"
                  "  --mmap                    leave the weights in the file mapping (quicker start,\n"
                  "                            slower decode; default: copied into huge pages)\n"
                  "\n"
@@ -104,6 +107,8 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
             std::string text;
             SIEVE_TRY(take_string(args, "a byte size such as 512MiB or 4GiB", &text));
             SIEVE_TRY(parse_bytes(text, is(f, "--kv-memory") ? &o->kv_memory : &o->kv_page).with_context(f));
+        } else if (is(f, "--kv-policy")) {
+            SIEVE_TRY(take_string(args, "NAME[:key=value,...] or @FILE.json", &o->kv_policy));
         } else if (is(f, "-ctk", "--cache-type-k") || is(f, "-ctv", "--cache-type-v")) {
             SIEVE_TRY(take_string(args, "a KV row type: f16, bf16 or f32",
                                  is(f, "-ctk", "--cache-type-k") ? &o->cache_type_k : &o->cache_type_v));

@@ -7,7 +7,7 @@
 //      the lanes and before its first decode step: score, choose, compact
 //      (SnapKV / PyramidKV / layer-wise / StreamingLLM / H2O start here);
 //   2. after each decode step (slide a window, evict by accumulated score);
-//   3. before each decode step (select pages; the page-selection policies).
+//   3. before each decode step (select pages): added with page selection.
 // A policy compacts through KvCache::compact / compact_layer, so what it
 // drops goes back to the pool at once and the scheduler sees it in the
 // store's answers.
