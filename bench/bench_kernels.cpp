@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "kernels_test_util.h"
+#include "sieve/core/fp16.h"
+#include "sieve/kernels/cpu/attention_score.h"
 #include "sieve/kernels/cpu/ops.h"
 
 using namespace sieve;
@@ -99,6 +101,102 @@ void bm_attention_prefill_deep(benchmark::State &state) {
         4.0 * n_q * (n_kv - n_q / 2) * 64 * 9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+// Qwen2.5-0.5B-like attention (14 query / 2 KV heads of 64, f16 KV rows):
+// n_q queries that end a lane of n_rows rows (n_past = n_rows - n_q), with the
+// lse of a real attention pass, for the eviction score kernel and the
+// attention it rides on.
+struct QwenAttn {
+    static constexpr int64_t n_head = 14, n_head_kv = 2, d = 64;
+    std::vector<std::vector<uint16_t>> k, v;
+    std::vector<const void *> kp, vp;
+    std::vector<float> q, o, lse, acc;
+    cpu::AttnArgs a;
+    QwenAttn(int64_t n_q, int64_t n_rows) {
+        std::mt19937 rng(3);
+        const auto f16 = [](const std::vector<float> &x) {
+            std::vector<uint16_t> h(x.size());
+            for (size_t i = 0; i < x.size(); ++i) h[i] = fp32_to_fp16(x[i]);
+            return h;
+        };
+        for (int64_t g = 0; g < n_head_kv; ++g) {
+            k.push_back(f16(test::random_values(rng, static_cast<size_t>(n_rows * d), 0.5f)));
+            v.push_back(f16(test::random_values(rng, static_cast<size_t>(n_rows * d))));
+        }
+        for (int64_t g = 0; g < n_head_kv; ++g) {
+            kp.push_back(k[static_cast<size_t>(g)].data());
+            vp.push_back(v[static_cast<size_t>(g)].data());
+        }
+        q = test::random_values(rng, static_cast<size_t>(n_q * n_head * d), 0.5f);
+        o.resize(q.size());
+        lse.resize(static_cast<size_t>(n_head * n_q));
+        acc.assign(static_cast<size_t>(n_head * n_rows), 0.0f);
+        a.q = q.data();
+        a.k = kp.data();
+        a.v = vp.data();
+        a.kv_type = cpu::RowType::f16;
+        a.o = o.data();
+        a.lse = lse.data();
+        a.n_q = n_q;
+        a.n_past = n_rows - n_q;
+        a.n_head = n_head;
+        a.n_head_kv = n_head_kv;
+        a.head_dim = d;
+        a.scale = 0.125f;
+    }
+    cpu::AttnScoreArgs score_args() {
+        cpu::AttnScoreArgs s;
+        s.q = a.q;
+        s.lse = a.lse;
+        s.lse_stride = a.n_q;
+        s.k = a.k;
+        s.kv_type = a.kv_type;
+        s.n_q = a.n_q;
+        s.n_past = a.n_past;
+        s.n_head = n_head;
+        s.n_head_kv = n_head_kv;
+        s.head_dim = d;
+        s.scale = a.scale;
+        s.acc = acc.data();
+        s.acc_stride = a.n_past + a.n_q;
+        return s;
+    }
+};
+
+// The eviction score pass (cpu::attention_scores): n_q = 32 is a SnapKV
+// observation window after the prompt's last chunk, 1 an H2O decode step,
+// 512 an H2O prefill chunk. items/s counts (query head, row) probabilities.
+void bm_attention_scores_qwen(benchmark::State &state) {
+    const int64_t n_q = state.range(0), n_rows = state.range(1);
+    QwenAttn data(n_q, n_rows);
+    ThreadPool pool(bench_threads());
+    if (n_q == 1)
+        cpu::attention_decode(data.a, pool);
+    else
+        cpu::attention_prefill(data.a, pool);
+    const cpu::AttnScoreArgs s = data.score_args();
+    for (auto _ : state) {
+        cpu::attention_scores(s, pool);
+        benchmark::DoNotOptimize(data.acc.data());
+    }
+    const double pairs = static_cast<double>(n_q) * (n_rows - n_q) + 0.5 * static_cast<double>(n_q) * (n_q + 1);
+    state.SetItemsProcessed(static_cast<int64_t>(pairs * QwenAttn::n_head) * state.iterations());
+}
+
+// The attention the score pass follows, same shapes: prefill of the prompt's
+// last chunk of n_q = 512 queries (or a decode step, n_q = 1) over n_rows rows.
+void bm_attention_qwen(benchmark::State &state) {
+    const int64_t n_q = state.range(0), n_rows = state.range(1);
+    QwenAttn data(n_q, n_rows);
+    ThreadPool pool(bench_threads());
+    for (auto _ : state) {
+        if (n_q == 1)
+            cpu::attention_decode(data.a, pool);
+        else
+            cpu::attention_prefill(data.a, pool);
+        benchmark::DoNotOptimize(data.o.data());
+    }
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(bm_matmul, q4_1_576x576, GgmlType::Q4_1, 576, 576)->Arg(1)->Arg(4)->Arg(64)->Arg(256);
@@ -129,5 +227,10 @@ BENCHMARK_CAPTURE(bm_matmul, f32_2048x2048, GgmlType::F32, 2048, 2048)->Arg(1)->
 BENCHMARK(bm_attention_prefill)->Arg(128)->Arg(512)->Arg(2048);
 BENCHMARK(bm_attention_decode)->Arg(128)->Arg(1024)->Arg(8192);
 BENCHMARK(bm_attention_prefill_deep)->Args({512, 8704})->Args({64, 8256})->Args({7, 4103});
+BENCHMARK(bm_attention_scores_qwen)
+    ->Args({32, 4096})->Args({32, 16384})->Args({1, 4096})->Args({1, 16384})->Args({512, 4096})->Args({512, 16384})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_attention_qwen)
+    ->Args({512, 4096})->Args({512, 16384})->Args({1, 4096})->Args({1, 16384})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

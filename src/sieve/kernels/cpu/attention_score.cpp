@@ -14,15 +14,20 @@
 // j <= past(g) + i, so the queries before i0 = j0 - past(g) see none and are
 // left out (a block no query sees costs nothing; n_q queries over n rows cost
 // n * n_q dot products). Rows are processed in register tiles of up to k_nr
-// rows x k_nv key vectors:
+// rows x k_nv key vectors (balanced: 7 rows are tiles of 4 and 3):
 //   acc[r][v] += bcast(q_r[c]) * kt[c][v * W ..]       for c < head_dim
-// then p = exp(scale * acc - lse_r) lane by lane and sum[head(r)][keys] += p
+// then p = exp(scale * acc - lse_r) lane by lane, and sum[head(r)][keys] += p
 // where the key is visible to the row (only rows on the block's diagonal mask
-// any lanes). Keys along the SIMD lanes make the softmax and the sums over
-// queries vertical arithmetic: no horizontal reductions, and the result for
-// W keys is one vector store. The transpose costs about as much as the FMAs
-// of 8 rows at head_dim 64, so with the group's heads as rows even a decode
-// step (n_q = 1, 7 heads per KV head) spends most of its time in FMAs.
+// any lanes). The sums live in an L1 buffer [group][k_kt], one load/add/store
+// per vector of p (per head_dim FMAs); they reach acc once per block.
+//
+// Keys along the SIMD lanes (rather than head_dim) make the softmax and the
+// sums over queries vertical arithmetic: no horizontal reduction per dot
+// product, and W keys' results are one vector. From a few dozen rows per block
+// on (SnapKV's 32-query window over a GQA group of 7 is 224) the transpose is
+// a few percent and the tiles run near the FMA peak (24 FMAs per 4 loads and
+// 6 broadcasts). A decode step (n_q = 1: the group's 7 heads are the rows)
+// spends about half its time on the transpose and reading K.
 //
 // exp is simd::exp_neg (relative error ~3e-7; it is also exact enough for
 // the slightly positive arguments f32 rounding can give when a key carries
@@ -200,84 +205,22 @@ inline void transpose16(__m512 r[16]) {
     }
 }
 
-#if defined(__AVX512BW__)
-// 16 f16 / bf16 values (one dimension of 16 keys) -> f32.
-template <RowType T>
-inline __m512 widen16(__m256i h) {
-    if constexpr (T == RowType::f16)
-        return _mm512_cvtph_ps(h);
-    else
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-// Keys j .. j + 15 (n of them real, the rest 0) x dims c0 .. c0 + 31 of 16-bit
-// rows, transposed in the 16-bit domain (half the shuffles per element of the
-// f32 transpose) and widened per dimension. The 512-bit shuffles all issue on
-// one port, which bounds the f32 transpose; the first two stages here use
-// shifts and blends instead, which issue on the others.
-template <RowType T>
-inline void transpose_16x32(const uint16_t *rows, int64_t n, int64_t d, int64_t c0, float *kt) {
-    __m512i r[16];
-    for (int64_t i = 0; i < 16; ++i)
-        r[i] = i < n ? _mm512_loadu_si512(rows + i * d + c0) : _mm512_setzero_si512();
-    // r[i]: key i, 16-bit element e = dim e. Stage 1: 32-bit element e of
-    // a[2p + s] = keys (2p, 2p + 1) at dim 2e + s.
-    __m512i a[16];
-    for (int p = 0; p < 8; ++p) {
-        a[2 * p] = _mm512_mask_blend_epi16(0xAAAAAAAA, r[2 * p], _mm512_slli_epi32(r[2 * p + 1], 16));
-        a[2 * p + 1] = _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srli_epi32(r[2 * p], 16), r[2 * p + 1]);
-    }
-    // Stage 2: 64-bit element f of b[4q + t] = keys 4q .. 4q + 3 at dim 4f + t.
-    __m512i b[16];
-    for (int q = 0; q < 4; ++q)
-        for (int s = 0; s < 2; ++s) {
-            const __m512i x = a[4 * q + s], y = a[4 * q + 2 + s];
-            b[4 * q + s] = _mm512_mask_blend_epi32(0xAAAA, x, _mm512_slli_epi64(y, 32));
-            b[4 * q + 2 + s] = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(x, 32), y);
-        }
-    // Stage 3: 128-bit lane L of c[8o + k] = keys 8o .. 8o + 7 at dim 8L + k.
-    __m512i c[16];
-    for (int o = 0; o < 2; ++o)
-        for (int t = 0; t < 4; ++t) {
-            c[8 * o + t] = _mm512_unpacklo_epi64(b[8 * o + t], b[8 * o + 4 + t]);
-            c[8 * o + 4 + t] = _mm512_unpackhi_epi64(b[8 * o + t], b[8 * o + 4 + t]);
-        }
-    // Stage 4: 256-bit half H of x[2k + u] = the 16 keys at dim 16u + 8H + k.
-    alignas(64) __m512i x[16];
-    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-    for (int k = 0; k < 8; ++k) {
-        x[2 * k] = _mm512_permutex2var_epi64(c[k], lo, c[8 + k]);
-        x[2 * k + 1] = _mm512_permutex2var_epi64(c[k], hi, c[8 + k]);
-    }
-    const __m256i *h = reinterpret_cast<const __m256i *>(x);
-    for (int k = 0; k < 8; ++k)
-        for (int u = 0; u < 2; ++u)
-            for (int half = 0; half < 2; ++half)
-                _mm512_store_ps(kt + (c0 + 16 * u + 8 * half + k) * k_kt, widen16<T>(_mm256_load_si256(h + 2 * (2 * k + u) + half)));
-}
-#endif
-
 template <RowType T>
 void widen_transpose(const void *k, int64_t nb, int64_t d, float *kt) {
+    const int64_t d16 = d / 16 * 16;
     for (int64_t j = 0; j < k_kt; j += 16) {
         if (j >= nb) {
             for (int64_t c = 0; c < d; ++c) _mm512_store_ps(kt + c * k_kt + j, _mm512_setzero_ps());
             continue;
         }
         const int64_t n = std::min<int64_t>(16, nb - j);
-        int64_t c0 = 0;
-#if defined(__AVX512BW__)
-        if constexpr (T != RowType::f32)
-            for (; c0 + 32 <= d; c0 += 32)
-                transpose_16x32<T>(static_cast<const uint16_t *>(k) + j * d, n, d, c0, kt + j);
-#endif
-        for (; c0 + 16 <= d; c0 += 16) {
+        for (int64_t c0 = 0; c0 < d16; c0 += 16) {
             __m512 r[16];
             for (int64_t i = 0; i < 16; ++i) r[i] = i < n ? load16<T>(k, (j + i) * d + c0) : _mm512_setzero_ps();
             transpose16(r);
             for (int i = 0; i < 16; ++i) _mm512_store_ps(kt + (c0 + i) * k_kt + j, r[i]);
         }
-        for (int64_t c = c0; c < d; ++c)
+        for (int64_t c = d16; c < d; ++c)
             for (int64_t i = 0; i < 16; ++i) kt[c * k_kt + j + i] = i < n ? widen_one(T, k, (j + i) * d + c) : 0.0f;
     }
 }
@@ -397,20 +340,23 @@ void attention_scores(const AttnScoreArgs &a, ThreadPool &pool) {
 void attention_scores_ref(const AttnScoreArgs &a) {
     check_args(a, "attention_scores_ref");
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
+    std::vector<double> k(static_cast<size_t>(d));
     for (int64_t h = 0; h < a.n_head; ++h) {
         const int64_t g = h / group;
-        const int64_t n_rows = a.past(g) + a.n_q;
-        std::vector<double> sums(static_cast<size_t>(n_rows), 0.0);
-        for (int64_t i = 0; i < a.n_q; ++i) {
-            const float *q = a.q + (i * a.n_head + h) * d;
-            const double lse = a.lse[h * a.lse_stride + i];
-            for (int64_t j = 0; j <= a.past(g) + i; ++j) {
-                double dot = 0.0;
-                for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * widen_one(a.kv_type, a.k[g], j * d + c);
-                sums[static_cast<size_t>(j)] += std::exp(dot * a.scale - lse);
+        for (int64_t j = 0; j < a.past(g) + a.n_q; ++j) {
+            for (int64_t c = 0; c < d; ++c) k[static_cast<size_t>(c)] = widen_one(a.kv_type, a.k[g], j * d + c);
+            double sum = 0.0;
+            // the queries that see row j: past(g) + i >= j
+            for (int64_t i = std::max<int64_t>(0, j - a.past(g)); i < a.n_q; ++i) {
+                const float *q = a.q + (i * a.n_head + h) * d;
+                double dot[4] = {0.0, 0.0, 0.0, 0.0};  // head_dim % 4 == 0; four chains for speed
+                for (int64_t c = 0; c < d; c += 4)
+                    for (int64_t e = 0; e < 4; ++e) dot[e] += static_cast<double>(q[c + e]) * k[static_cast<size_t>(c + e)];
+                const double qk = (dot[0] + dot[1]) + (dot[2] + dot[3]);
+                sum += std::exp(qk * a.scale - static_cast<double>(a.lse[h * a.lse_stride + i]));
             }
+            a.acc[h * a.acc_stride + j] += static_cast<float>(sum);
         }
-        for (int64_t j = 0; j < n_rows; ++j) a.acc[h * a.acc_stride + j] += static_cast<float>(sums[static_cast<size_t>(j)]);
     }
 }
 

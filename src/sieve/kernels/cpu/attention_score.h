@@ -44,7 +44,9 @@ struct AttnScoreArgs {
 };
 
 // Vectorized, split over (KV head, key block) tasks; every task writes its
-// own keys' sums, so the result does not depend on the thread count.
+// own keys' sums, so the result does not depend on the thread count. Sums
+// are within a few 1e-5 relative of the oracle's (f32 dot products, as in the
+// attention kernels; the vectorized exp adds ~3e-7). head_dim <= 256 (checked).
 void attention_scores(const AttnScoreArgs &a, ThreadPool &pool);
 // Scalar oracle (double accumulation).
 void attention_scores_ref(const AttnScoreArgs &a);
