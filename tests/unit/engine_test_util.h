@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "sieve/engine/engine.h"
@@ -46,6 +47,26 @@ inline std::vector<int32_t> event_tokens(const std::vector<GenEvent> &evs) {
     std::vector<int32_t> out;
     for (const GenEvent &e : evs) out.insert(out.end(), e.tokens.begin(), e.tokens.end());
     return out;
+}
+
+// A random prompt of n tokens that starts with BOS (ids in [3, n_vocab)).
+inline std::vector<int32_t> random_prompt_ids(int64_t n, uint32_t seed, int32_t n_vocab, int32_t bos) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> d(3, n_vocab - 1);
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    for (auto &x : p) x = d(rng);
+    p[0] = bos;
+    return p;
+}
+
+// Greedy decoding of max_tokens tokens, EOS ignored.
+inline GenRequest greedy_request(std::vector<int32_t> prompt, int64_t max_tokens) {
+    GenRequest r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    return r;
 }
 
 }  // namespace sieve

@@ -202,21 +202,11 @@ protected:
     }
 
     std::vector<int32_t> random_prompt(int64_t n, uint32_t seed) const {
-        std::mt19937 rng(seed);
-        std::uniform_int_distribution<int32_t> d(3, n_vocab_ - 1);
-        std::vector<int32_t> p(static_cast<size_t>(n));
-        for (auto &x : p) x = d(rng);
-        p[0] = tok_->bos_id();
-        return p;
+        return random_prompt_ids(n, seed, n_vocab_, tok_->bos_id());
     }
 
     static GenRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-        GenRequest r;
-        r.prompt = std::move(prompt);
-        r.sampling.temperature = 0.0f;
-        r.max_tokens = max_tokens;
-        r.ignore_eos = true;
-        return r;
+        return greedy_request(std::move(prompt), max_tokens);
     }
 
     std::unique_ptr<Engine> make_engine(EngineOptions o) {

@@ -343,13 +343,7 @@ private:
     Workspace &ws_;
     ThreadPool &pool_;
     PolicyContext context(int64_t n_prompt) {
-        PolicyContext ctx;
-        ctx.kv = &kv_;
-        ctx.slot = 0;
-        ctx.n_prompt = n_prompt;
-        ctx.n_head = model_.config().n_head;
-        ctx.state = state_.get();
-        return ctx;
+        return policy_context(&kv_, 0, n_prompt, model_.config().n_head, state_.get());
     }
 
     int64_t n_batch_;

@@ -92,7 +92,7 @@ public:
             // The policy's after-prefill point on everything the KV holds now
             // (budgets are fractions of all positions so far).
             policy_n_prompt_ = n_past();
-            SIEVE_TRY(policy_->after_prefill(policy_context()).with_context("KV policy " + policy_->name()));
+            SIEVE_TRY(policy_->after_prefill(context()).with_context("KV policy " + policy_->name()));
             int64_t kept = 0;
             const KvShape &sh = kv_.shape();
             for (int64_t l = 0; l < sh.n_layer; ++l)
@@ -133,7 +133,7 @@ public:
             }
             SIEVE_TRY(forward(&id, 1));
             if (policy_ && policy_->acts_after_decode())
-                SIEVE_TRY(policy_->after_decode(policy_context()).with_context("KV policy " + policy_->name()));
+                SIEVE_TRY(policy_->after_decode(context()).with_context("KV policy " + policy_->name()));
             ++stats_.n_decode;
             // This step read every weight and the K/V rows of n_past() tokens.
             stats_.decode_bytes += static_cast<double>(model_.weight_bytes()) +
@@ -159,14 +159,8 @@ public:
     void set_policy(KvPolicyPtr p) { policy_ = std::move(p); }
 
 private:
-    PolicyContext policy_context() {
-        PolicyContext ctx;
-        ctx.kv = &kv_;
-        ctx.slot = 0;
-        ctx.n_prompt = policy_n_prompt_;
-        ctx.n_head = model_.config().n_head;
-        ctx.state = state_.get();
-        return ctx;
+    PolicyContext context() {
+        return policy_context(&kv_, 0, policy_n_prompt_, model_.config().n_head, state_.get());
     }
 
     Status forward(const int32_t *tokens, int64_t n) {

@@ -470,13 +470,8 @@ bool Engine::Impl::apply_policy(Sequence &s) {
 bool Engine::Impl::policy_after_decode(Sequence &s) { return run_policy(s, /*after_prefill=*/false).ok(); }
 
 Status Engine::Impl::run_policy(Sequence &s, bool after_prefill) {
-    PolicyContext ctx;
-    ctx.kv = kv.get();
-    ctx.slot = s.slot;
-    ctx.request_id = s.id;
-    ctx.n_prompt = s.policy_n_prompt;
-    ctx.n_head = model.config().n_head;
-    ctx.state = s.pstate.get();
+    const PolicyContext ctx =
+        policy_context(kv.get(), s.slot, s.policy_n_prompt, model.config().n_head, s.pstate.get(), s.id);
     const int64_t pages_before = kv->seq_mapped_pages(s.slot);
     Status st = after_prefill ? s.policy->after_prefill(ctx) : s.policy->after_decode(ctx);
     kv_pages_evicted += std::max<int64_t>(0, pages_before - kv->seq_mapped_pages(s.slot));

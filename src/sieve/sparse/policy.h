@@ -55,6 +55,18 @@ struct PolicyContext {
     KvPolicyState *state = nullptr;  // the sequence's state (null when the policy made none)
 };
 
+inline PolicyContext policy_context(KvCache *kv, int slot, int64_t n_prompt, int64_t n_head, KvPolicyState *state,
+                                    uint64_t request_id = 0) {
+    PolicyContext ctx;
+    ctx.kv = kv;
+    ctx.slot = slot;
+    ctx.request_id = request_id;
+    ctx.n_prompt = n_prompt;
+    ctx.n_head = n_head;
+    ctx.state = state;
+    return ctx;
+}
+
 class KvPolicy {
 public:
     virtual ~KvPolicy() = default;
