@@ -14,7 +14,9 @@
 
 #include "kernels_test_util.h"
 #include "sieve/core/fp16.h"
+#include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/attention_score.h"
+#include "sieve/kernels/cpu/matmul_q8.h"
 #include "sieve/kernels/cpu/ops.h"
 
 using namespace sieve;
@@ -23,13 +25,20 @@ namespace {
 
 int bench_threads() { return 2; }
 
-void bm_matmul(benchmark::State &state, GgmlType type, int64_t n_rows, int64_t n_cols) {
+void bm_matmul_impl(benchmark::State &state, GgmlType type, int64_t n_rows, int64_t n_cols, bool repacked) {
     const int64_t n_tokens = state.range(0);
     std::mt19937 rng(1);
-    const auto w = test::random_weights(rng, type, n_rows, n_cols);
+    auto w = test::random_weights(rng, type, n_rows, n_cols);
     const auto x = test::random_values(rng, static_cast<size_t>(n_tokens * n_cols));
     std::vector<float> y(static_cast<size_t>(n_tokens * n_rows));
     ThreadPool pool(bench_threads());
+    AlignedBuffer<uint8_t> x16;
+    if (repacked) {
+        // As the model loads it: the 16-row tile copy (matmul_q8.h).
+        x16.resize(static_cast<size_t>(cpu::q8::x16_bytes(type, n_rows, n_cols)));
+        cpu::q8::repack_x16(type, w.bytes.data(), w.view.row_bytes, n_rows, n_cols, x16.data());
+        w.view.x16 = x16.data();
+    }
     for (auto _ : state) {
         cpu::matmul(w.view, x.data(), n_tokens, y.data(), pool);
         benchmark::DoNotOptimize(y.data());
@@ -38,6 +47,19 @@ void bm_matmul(benchmark::State &state, GgmlType type, int64_t n_rows, int64_t n
     state.counters["FLOP/s"] = benchmark::Counter(2.0 * n_rows * n_cols * n_tokens * iters, benchmark::Counter::kIsRate);
     state.counters["weight_B/s"] =
         benchmark::Counter(static_cast<double>(w.bytes.size()) * iters, benchmark::Counter::kIsRate);
+}
+
+// The file's rows as given (the unpack / raw-dot paths) ...
+void bm_matmul(benchmark::State &state, GgmlType type, int64_t n_rows, int64_t n_cols) {
+    bm_matmul_impl(state, type, n_rows, n_cols, false);
+}
+// ... and repacked at load as the model does (every step size reads 16-row tiles).
+void bm_matmul_x16(benchmark::State &state, GgmlType type, int64_t n_rows, int64_t n_cols) {
+    if (!cpu::q8::x16_ok(type, n_rows, n_cols)) {
+        state.SkipWithError("no x16 layout in this build");
+        return;
+    }
+    bm_matmul_impl(state, type, n_rows, n_cols, true);
 }
 
 struct AttnData {
@@ -197,8 +219,91 @@ void bm_attention_qwen(benchmark::State &state) {
     }
 }
 
+// A decode step of a batch, SmolLM2-like (9 query / 3 KV heads of 64, f16
+// rows): n_seq sequences, the first holding `first` rows and the others
+// `rest`. `multi` = false is one attention_decode per sequence (a dispatch
+// each, as Model::attention did), true one attention_decode_multi over all.
+struct DecodeBatch {
+    static constexpr int64_t n_head = 9, n_head_kv = 3, d = 64;
+    std::vector<std::vector<uint16_t>> k, v;  // [seq * n_head_kv + g]
+    std::vector<const void *> kp, vp;
+    std::vector<float> q, o;
+    std::vector<cpu::AttnArgs> args;
+    int64_t rows = 0;  // in all lanes of one layer's K
+    DecodeBatch(int64_t n_seq, int64_t first, int64_t rest) {
+        std::mt19937 rng(4);
+        const auto f16 = [](const std::vector<float> &x) {
+            std::vector<uint16_t> h(x.size());
+            for (size_t i = 0; i < x.size(); ++i) h[i] = fp32_to_fp16(x[i]);
+            return h;
+        };
+        for (int64_t s = 0; s < n_seq; ++s) {
+            const int64_t n_rows = s == 0 ? first : rest;
+            rows += n_rows * n_head_kv;
+            for (int64_t g = 0; g < n_head_kv; ++g) {
+                k.push_back(f16(test::random_values(rng, static_cast<size_t>(n_rows * d), 0.5f)));
+                v.push_back(f16(test::random_values(rng, static_cast<size_t>(n_rows * d))));
+            }
+        }
+        for (size_t i = 0; i < k.size(); ++i) {
+            kp.push_back(k[i].data());
+            vp.push_back(v[i].data());
+        }
+        q = test::random_values(rng, static_cast<size_t>(n_seq * n_head * d), 0.5f);
+        o.resize(q.size());
+        for (int64_t s = 0; s < n_seq; ++s) {
+            cpu::AttnArgs a;
+            a.q = q.data() + s * n_head * d;
+            a.k = kp.data() + s * n_head_kv;
+            a.v = vp.data() + s * n_head_kv;
+            a.kv_type = cpu::RowType::f16;
+            a.o = o.data() + s * n_head * d;
+            a.n_q = 1;
+            a.n_past = (s == 0 ? first : rest) - 1;
+            a.n_head = n_head;
+            a.n_head_kv = n_head_kv;
+            a.head_dim = d;
+            a.scale = 0.125f;
+            args.push_back(a);
+        }
+    }
+};
+
+void bm_attention_decode_batch(benchmark::State &state, bool multi) {
+    DecodeBatch data(state.range(0), state.range(1), state.range(2));
+    ThreadPool pool(bench_threads());
+    const int64_t n_seq = static_cast<int64_t>(data.args.size());
+    for (auto _ : state) {
+        if (multi)
+            cpu::attention_decode_multi(data.args.data(), n_seq, pool);
+        else
+            for (const cpu::AttnArgs &a : data.args) cpu::attention_decode(a, pool);
+        benchmark::DoNotOptimize(data.o.data());
+    }
+    // K and V rows read, 2 bytes per element
+    state.counters["kv_B/s"] = benchmark::Counter(2.0 * 2 * static_cast<double>(data.rows) * DecodeBatch::d *
+                                                      static_cast<double>(state.iterations()),
+                                                  benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+// Decode steps of 1..32 tokens on the shapes of the two long-context files
+// and the default model, repacked as loaded.
+BENCHMARK_CAPTURE(bm_matmul_x16, q4_1_576x1536, GgmlType::Q4_1, 576, 1536)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->Arg(512);
+BENCHMARK_CAPTURE(bm_matmul, q4_1_576x1536_prefill, GgmlType::Q4_1, 576, 1536)->Arg(512);
+BENCHMARK_CAPTURE(bm_matmul_x16, q5_0_4864x896, GgmlType::Q5_0, 4864, 896)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul_x16, q6_k_896x4864, GgmlType::Q6_K, 896, 4864)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul_x16, q4_k_896x4864, GgmlType::Q4_K, 896, 4864)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul_x16, q8_0_896x896, GgmlType::Q8_0, 896, 896)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
+BENCHMARK_CAPTURE(bm_matmul, q5_0_4864x896, GgmlType::Q5_0, 4864, 896)->Arg(1)->Arg(8)->Arg(16);
+BENCHMARK_CAPTURE(bm_matmul, q6_k_896x4864, GgmlType::Q6_K, 896, 4864)->Arg(1)->Arg(8)->Arg(16);
+BENCHMARK_CAPTURE(bm_matmul, q4_k_896x4864, GgmlType::Q4_K, 896, 4864)->Arg(1)->Arg(8)->Arg(16);
+// Larger than the last-level cache: decode streams these from DRAM.
+BENCHMARK_CAPTURE(bm_matmul, q5_0_65536x896, GgmlType::Q5_0, 65536, 896)->Arg(1)->Arg(8);
+BENCHMARK_CAPTURE(bm_matmul_x16, q5_0_65536x896, GgmlType::Q5_0, 65536, 896)->Arg(1)->Arg(8);
+BENCHMARK_CAPTURE(bm_matmul, q6_k_16384x4864, GgmlType::Q6_K, 16384, 4864)->Arg(1)->Arg(8);
+BENCHMARK_CAPTURE(bm_matmul_x16, q6_k_16384x4864, GgmlType::Q6_K, 16384, 4864)->Arg(1)->Arg(8);
 BENCHMARK_CAPTURE(bm_matmul, q4_1_576x576, GgmlType::Q4_1, 576, 576)->Arg(1)->Arg(4)->Arg(64)->Arg(256);
 BENCHMARK_CAPTURE(bm_matmul, q4_1_1536x576, GgmlType::Q4_1, 1536, 576)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(bm_matmul, q4_1_576x1536, GgmlType::Q4_1, 576, 1536)->Arg(1)->Arg(64);
@@ -232,5 +337,11 @@ BENCHMARK(bm_attention_scores_qwen)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_attention_qwen)
     ->Args({512, 4096})->Args({512, 16384})->Args({1, 4096})->Args({1, 16384})->Unit(benchmark::kMicrosecond);
+
+// Args: sequences, rows of the first, rows of each other one.
+BENCHMARK_CAPTURE(bm_attention_decode_batch, loop, false)
+    ->Args({16, 512, 512})->Args({16, 4096, 64})->Args({8, 128, 128})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_attention_decode_batch, multi, true)
+    ->Args({16, 512, 512})->Args({16, 4096, 64})->Args({8, 128, 128})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

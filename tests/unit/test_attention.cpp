@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels_test_util.h"
@@ -112,21 +113,16 @@ enum class Kernel { prefill, decode };
 // near 1e-6 of that; 2e-5 leaves room without hiding a wrong key or weight
 // (those move O by a sizeable fraction of |v|). lse is compared absolutely
 // with 1e-5 * (1 + |lse|): it is m + log(l) with l summed in f32.
-void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
+// o / lse: a kernel's outputs for c (lse may be null: not checked).
+void expect_close(const AttnCase &c, const char *name, const std::vector<float> &o, const float *lse) {
     const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim);
-    std::vector<float> o(n_o, NAN), lse(static_cast<size_t>(c.n_head * c.n_q), NAN);
-    std::vector<float> o_ref(n_o), lse_ref(lse.size());
-    if (kernel == Kernel::prefill)
-        cpu::attention_prefill(c.args(o.data(), lse.data()), pool);
-    else
-        cpu::attention_decode(c.args(o.data(), lse.data()), pool);
+    std::vector<float> o_ref(n_o), lse_ref(static_cast<size_t>(c.n_head * c.n_q));
     cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()));
     const int64_t group = c.n_head / c.n_head_kv;
     std::vector<float> vmax(static_cast<size_t>(c.n_head_kv), 0.0f);
     for (int64_t h = 0; h < c.n_head_kv; ++h)
         for (int64_t i = 0; i < (c.past[static_cast<size_t>(h)] + c.n_q) * c.head_dim; ++i)
             vmax[h] = std::max(vmax[h], std::fabs(c.v[static_cast<size_t>(h)].p[i]));
-    const char *name = kernel == Kernel::prefill ? "prefill" : "decode";
     int n_bad = 0;
     for (int64_t i = 0; i < c.n_q && n_bad < 5; ++i) {
         for (int64_t h = 0; h < c.n_head && n_bad < 5; ++h) {
@@ -142,13 +138,23 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
                 }
             }
             const size_t li = static_cast<size_t>(h * c.n_q + i);
-            if (!(std::fabs(lse[li] - lse_ref[li]) <= 1e-5f * (1.0f + std::fabs(lse_ref[li])))) {
+            if (lse && !(std::fabs(lse[li] - lse_ref[li]) <= 1e-5f * (1.0f + std::fabs(lse_ref[li])))) {
                 ADD_FAILURE() << name << " lse[h=" << h << ", q=" << i << "] = " << lse[li] << ", want " << lse_ref[li]
                               << " (n_q=" << c.n_q << " n_kv=" << c.n_kv << ")";
                 ++n_bad;
             }
         }
     }
+}
+
+void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
+    const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim);
+    std::vector<float> o(n_o, NAN), lse(static_cast<size_t>(c.n_head * c.n_q), NAN);
+    if (kernel == Kernel::prefill)
+        cpu::attention_prefill(c.args(o.data(), lse.data()), pool);
+    else
+        cpu::attention_decode(c.args(o.data(), lse.data()), pool);
+    expect_close(c, kernel == Kernel::prefill ? "prefill" : "decode", o, lse.data());
 }
 
 struct Heads {
@@ -345,4 +351,137 @@ TEST(Attention, HalfRowsMatchReference) {
                     check(pre, Kernel::prefill, pool);
                 }
             }
+}
+
+namespace {
+
+// One sequence of a decode step: n_q = 1 over lanes whose visible lengths
+// mix 1 row, block edges (63/64/65), a few hundred and a few thousand rows.
+// Half of them hold a different row count per KV head (n_past_kv, one lane
+// the longest), and lanes hold a few NaN rows past the visible ones.
+AttnCase decode_seq(std::mt19937 &rng, int64_t n_head, int64_t n_head_kv, int64_t d, cpu::RowType t, int64_t n_vis,
+                    int64_t misalign = 0) {
+    const int64_t n_kv = n_vis + static_cast<int64_t>(rng() % 4);
+    std::vector<int64_t> past(static_cast<size_t>(n_head_kv), n_vis - 1);
+    const bool uneven = rng() % 2 == 0;
+    if (uneven)
+        for (size_t g = 1; g < past.size(); ++g) past[g] = static_cast<int64_t>(rng() % static_cast<uint64_t>(n_vis));
+    std::shuffle(past.begin(), past.end(), rng);
+    AttnCase c = uneven ? AttnCase(rng, n_head, n_head_kv, d, 1, past, n_kv, misalign)
+                        : AttnCase(rng, n_head, n_head_kv, d, 1, n_vis - 1, n_kv, misalign);
+    if (t != cpu::RowType::f32) c.use_rows(t);
+    return c;
+}
+
+int64_t random_length(std::mt19937 &rng) {
+    static const int64_t edges[] = {1, 2, 63, 64, 65, 129};
+    const uint32_t u = rng() % 20;
+    if (u < 3) return 1000 + static_cast<int64_t>(rng() % 2001);   // long: 1000 ..= 3000
+    if (u < 9) return edges[rng() % 6];
+    return 1 + static_cast<int64_t>(rng() % 400);
+}
+
+// attention_decode_multi over the cases (lse requested where with_lse[i]):
+// every sequence's o and lse must be bit-identical to attention_decode on it
+// alone with the same pool, and close to the reference.
+void check_multi(const std::vector<AttnCase> &cases, const std::vector<bool> &with_lse, ThreadPool &pool,
+                 bool vs_ref = true) {
+    const size_t n = cases.size();
+    std::vector<std::vector<float>> o(n), lse(n), o1(n), lse1(n);
+    std::vector<cpu::AttnArgs> args;
+    for (size_t i = 0; i < n; ++i) {
+        const AttnCase &c = cases[i];
+        o[i].assign(static_cast<size_t>(c.n_head * c.head_dim), NAN);
+        o1[i] = o[i];
+        lse[i].assign(static_cast<size_t>(c.n_head), NAN);
+        lse1[i] = lse[i];
+        args.push_back(c.args(o[i].data(), with_lse[i] ? lse[i].data() : nullptr));
+    }
+    cpu::attention_decode_multi(args.data(), static_cast<int64_t>(n), pool);
+    for (size_t i = 0; i < n; ++i) {
+        const AttnCase &c = cases[i];
+        cpu::attention_decode(c.args(o1[i].data(), with_lse[i] ? lse1[i].data() : nullptr), pool);
+        const std::string what = "sequence " + std::to_string(i) + " of " + std::to_string(n) + ": heads " +
+                                 std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " d=" +
+                                 std::to_string(c.head_dim) + " rows " + std::to_string(c.past[0] + 1) + " type " +
+                                 std::to_string(static_cast<int>(c.kv_type)) + " threads " +
+                                 std::to_string(pool.n_threads());
+        EXPECT_EQ(0, std::memcmp(o[i].data(), o1[i].data(), o[i].size() * sizeof(float))) << what;
+        // Without lse requested, neither kernel writes it (both stay NaN, which memcmp compares as bits).
+        EXPECT_EQ(0, std::memcmp(lse[i].data(), lse1[i].data(), lse[i].size() * sizeof(float))) << what;
+        if (vs_ref) expect_close(c, "decode_multi", o[i], with_lse[i] ? lse[i].data() : nullptr);
+    }
+}
+
+}  // namespace
+
+TEST(Attention, DecodeMultiEqualsPerSequenceDecode) {
+    // One call per shape: groups 1/3/7 over 1..3 KV heads, head dims 64 and
+    // 128, f32/f16/bf16 rows, 1..18 sequences of mixed lengths (sequence 0
+    // long in every other call, sequence 1 a single row); f32 lanes sometimes
+    // misaligned (the generic loop). 1 and 2 threads: the chunk plans differ.
+    std::mt19937 rng(55);
+    const int64_t groups[] = {1, 3, 7}, dims[] = {64, 128};
+    const cpu::RowType types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16};
+    for (int n_threads : {1, 2}) {
+        ThreadPool pool(n_threads);
+        int ci = 0;
+        for (int64_t group : groups)
+            for (int64_t d : dims)
+                for (cpu::RowType t : types) {
+                    const int64_t n_seq = 1 + (ci + 7 * n_threads) % 18, n_head_kv = 1 + ci % 3;
+                    std::vector<AttnCase> cases;
+                    std::vector<bool> with_lse;
+                    for (int64_t i = 0; i < n_seq; ++i) {
+                        const int64_t n_vis = i == 0 && ci % 2 == 0 ? 2500 + static_cast<int64_t>(rng() % 501)
+                                              : i == 1             ? 1
+                                                                   : random_length(rng);
+                        const int64_t misalign = t == cpu::RowType::f32 && i % 4 == 3 ? 1 : 0;
+                        cases.push_back(decode_seq(rng, group * n_head_kv, n_head_kv, d, t, n_vis, misalign));
+                        with_lse.push_back(rng() % 4 != 0);
+                    }
+                    check_multi(cases, with_lse, pool);
+                    ++ci;
+                }
+    }
+}
+
+TEST(Attention, DecodeMultiMixedShapesAndRepeatedCalls) {
+    // Sequences of one call may differ in heads, head dim and row type; calls
+    // of growing and shrinking sizes reuse the scratch (a stale counter or
+    // partial region would show as a wrong sequence). n_seq = 0 does nothing.
+    std::mt19937 rng(56);
+    ThreadPool pool(2);
+    cpu::attention_decode_multi(nullptr, 0, pool);
+    const Heads heads[] = {{9, 3}, {14, 2}, {7, 1}, {4, 4}};
+    const cpu::RowType types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16};
+    for (int64_t n_seq : {17, 3, 1, 12, 17}) {
+        std::vector<AttnCase> cases;
+        std::vector<bool> with_lse;
+        for (int64_t i = 0; i < n_seq; ++i) {
+            const Heads hh = heads[rng() % 4];
+            const int64_t d = rng() % 2 ? 64 : 128;
+            cases.push_back(decode_seq(rng, hh.n_head, hh.n_head_kv, d, types[rng() % 3], random_length(rng)));
+            with_lse.push_back(rng() % 2 != 0);
+        }
+        check_multi(cases, with_lse, pool);
+    }
+}
+
+TEST(Attention, DecodeMultiManyThreads) {
+    // More threads than this machine has cores: more chunks per sequence and
+    // merges racing on other threads; still the per-sequence bits.
+    std::mt19937 rng(57);
+    for (int n_threads : {3, 5}) {
+        ThreadPool pool(n_threads);
+        for (int rep = 0; rep < 3; ++rep) {
+            std::vector<AttnCase> cases;
+            std::vector<bool> with_lse;
+            for (int64_t i = 0; i < 16; ++i) {
+                cases.push_back(decode_seq(rng, 9, 3, 64, cpu::RowType::f16, i == 0 ? 3000 : random_length(rng)));
+                with_lse.push_back(true);
+            }
+            check_multi(cases, with_lse, pool, /*vs_ref=*/rep == 0);
+        }
+    }
 }

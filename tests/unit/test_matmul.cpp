@@ -425,60 +425,93 @@ TEST(MatmulQ8, PackedTileDotAgreesWithRowDot) {
 }
 
 TEST(MatmulQ8, RepackedX16MatchesTheTilePathBitForBit) {
-    // Q4_0 / Q8_0 repacked at load (x16) must give exactly what the packed tile
-    // kernel gives on the same rows, for 1..8 tokens, and through matmul the
-    // same bits for a token whether it comes alone (decode) or in a prefill
-    // batch, close to the reference on q8-rounded activations.
+    // Every integer-path type repacked at load (x16) must give exactly what
+    // the packed tile kernel gives on the same rows, for 1..8 tokens and any
+    // number of rows in the last tile; and through matmul the same bits for a
+    // token whether it comes alone (decode), in a decode batch of 2..33, or in
+    // a prefill batch, close to the reference on q8-rounded activations. Row
+    // counts are not multiples of 16; the 32-element types get odd block
+    // counts (the last pair half padding).
     if (!cpu::q8::has_tile()) GTEST_SKIP() << "the repacked layout needs an AVX-512 VNNI build";
     std::mt19937 rng(23);
     ThreadPool pool(2);
-    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0})
-    for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{16, 64}, {48, 576}, {32, 1536}}) {
-        ASSERT_TRUE(cpu::q8::x16_ok(type, n_rows, n_cols));
-        EXPECT_FALSE(cpu::q8::x16_ok(type, n_rows + 1, n_cols));
-        EXPECT_FALSE(cpu::q8::x16_ok(type, n_rows, n_cols + 32));
-        const auto w = random_weights(rng, type, n_rows, n_cols);
-        const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
-        const int64_t stride = cpu::q8::x16_tile_stride(type, n_cols);
-        AlignedBuffer<uint8_t> packed(static_cast<size_t>(n_rows / 16 * stride));
-        cpu::q8::repack_x16(type, w.bytes.data(), w.view.row_bytes, n_rows, n_cols, packed.data());
-        auto x = random_values(rng, static_cast<size_t>(8 * n_cols));
-        std::vector<uint8_t> xq(static_cast<size_t>(8 * s.act_stride_bytes));
-        const uint8_t *acts[8];
-        for (int t = 0; t < 8; ++t) {
-            x[static_cast<size_t>(t * n_cols + (29 * t + 3) % n_cols)] = 25.0f + 7.0f * static_cast<float>(t);
-            cpu::q8::quantize_act(x.data() + t * n_cols, s, xq.data() + t * s.act_stride_bytes);
-            acts[t] = xq.data() + t * s.act_stride_bytes;
-        }
-        AlignedBuffer<uint8_t> scratch(static_cast<size_t>(16 * s.stride_bytes));
-        AlignedBuffer<uint8_t> tile(static_cast<size_t>(cpu::q8::tile_bytes(type, s)));
-        for (int64_t rt = 0; rt < n_rows / 16; ++rt) {
-            cpu::q8::pack_tile(type, w.bytes.data() + rt * 16 * w.view.row_bytes, w.view.row_bytes, 16, s,
-                               scratch.data(), tile.data());
-            for (int n_act = 1; n_act <= 8; ++n_act) {
-                std::vector<float> a(128, NAN), b(128, NAN);
-                float *pa[8], *pb[8];
-                for (int t = 0; t < 8; ++t) pa[t] = a.data() + 16 * t, pb[t] = b.data() + 16 * t;
-                cpu::q8::tile_dot(type, tile.data(), acts, n_act, s, pa, 16);
-                cpu::q8::x16_dot(type, packed.data() + rt * stride, acts, n_act, s, pb);
-                for (int i = 0; i < 16 * n_act; ++i)
-                    ASSERT_EQ(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)])
-                        << type_name(type) << " " << n_rows << "x" << n_cols << " tile " << rt << " tokens " << n_act
-                        << " at " << i;
+    const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                              GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+    for (GgmlType type : types) {
+        const bool k = type_traits(type)->block_size == 256;
+        const std::vector<std::pair<int64_t, int64_t>> shapes =
+            k ? std::vector<std::pair<int64_t, int64_t>>{{16, 256}, {37, 768}, {48, 1536}}
+              : std::vector<std::pair<int64_t, int64_t>>{{16, 64}, {37, 608}, {48, 576}, {21, 96}};
+        EXPECT_FALSE(cpu::q8::x16_ok(type, 16, k ? 288 : 48));
+        EXPECT_FALSE(cpu::q8::x16_ok(type, 0, 256));
+        for (auto [n_rows, n_cols] : shapes) {
+            ASSERT_TRUE(cpu::q8::x16_ok(type, n_rows, n_cols)) << type_name(type);
+            const auto w = random_weights(rng, type, n_rows, n_cols);
+            const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
+            const int64_t stride = cpu::q8::x16_tile_stride(type, n_cols);
+            const int64_t n_tiles = (n_rows + 15) / 16;
+            ASSERT_EQ(cpu::q8::x16_bytes(type, n_rows, n_cols), n_tiles * stride);
+            AlignedBuffer<uint8_t> packed(static_cast<size_t>(n_tiles * stride));
+            cpu::q8::repack_x16(type, w.bytes.data(), w.view.row_bytes, n_rows, n_cols, packed.data());
+            auto x = random_values(rng, static_cast<size_t>(8 * n_cols));
+            std::vector<uint8_t> xq(static_cast<size_t>(8 * s.act_stride_bytes));
+            const uint8_t *acts[8];
+            for (int t = 0; t < 8; ++t) {
+                x[static_cast<size_t>(t * n_cols + (29 * t + 3) % n_cols)] = 25.0f + 7.0f * static_cast<float>(t);
+                cpu::q8::quantize_act(x.data() + t * n_cols, s, xq.data() + t * s.act_stride_bytes);
+                acts[t] = xq.data() + t * s.act_stride_bytes;
             }
-        }
-        cpu::WeightView view = w.view;
-        view.x16 = packed.data();
-        const int64_t n_tok = 70;
-        const auto xs = random_values(rng, static_cast<size_t>(n_tok * n_cols));
-        std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
-        cpu::matmul(view, xs.data(), n_tok, y.data(), pool);
-        expect_close_to_rounded(view, xs, n_tok, y);
-        for (int64_t t : {0, 17, 69}) {
-            std::vector<float> one(static_cast<size_t>(n_rows), NAN);
-            cpu::matmul(view, xs.data() + t * n_cols, 1, one.data(), pool);
-            EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * n_rows, static_cast<size_t>(n_rows) * sizeof(float)))
-                << type_name(type) << " token " << t << " alone vs in a batch of " << n_tok;
+            AlignedBuffer<uint8_t> scratch(static_cast<size_t>(16 * s.stride_bytes));
+            AlignedBuffer<uint8_t> tile(static_cast<size_t>(cpu::q8::tile_bytes(type, s)));
+            for (int64_t rt = 0; rt < n_tiles; ++rt) {
+                const int n_r = static_cast<int>(std::min<int64_t>(16, n_rows - 16 * rt));
+                cpu::q8::pack_tile(type, w.bytes.data() + rt * 16 * w.view.row_bytes, w.view.row_bytes, n_r, s,
+                                   scratch.data(), tile.data());
+                if (n_r == 16) {
+                    // Prefill's expansion of the x16 tile is pack_tile's tile, byte for byte.
+                    AlignedBuffer<uint8_t> unpacked(tile.size());
+                    cpu::q8::x16_unpack_tile(type, packed.data() + rt * stride, s, unpacked.data());
+                    size_t first = 0;
+                    while (first < tile.size() && unpacked.data()[first] == tile.data()[first]) ++first;
+                    ASSERT_EQ(first, tile.size()) << type_name(type) << " " << n_rows << "x" << n_cols << " tile " << rt
+                                                  << ": the expansion differs from pack_tile at byte " << first;
+                }
+                for (int n_act = 1; n_act <= 8; ++n_act) {
+                    std::vector<float> a(128, NAN), b(128, NAN);
+                    float *pa[8], *pb[8];
+                    for (int t = 0; t < 8; ++t) pa[t] = a.data() + 16 * t, pb[t] = b.data() + 16 * t;
+                    cpu::q8::tile_dot(type, tile.data(), acts, n_act, s, pa, n_r);
+                    cpu::q8::x16_dot(type, packed.data() + rt * stride, acts, n_act, s, pb, n_r);
+                    for (int i = 0; i < 128; ++i) {
+                        const bool written = i / 16 < n_act && i % 16 < n_r;
+                        if (written)
+                            ASSERT_EQ(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)])
+                                << type_name(type) << " " << n_rows << "x" << n_cols << " tile " << rt << " tokens "
+                                << n_act << " at " << i;
+                        else
+                            ASSERT_TRUE(std::isnan(b[static_cast<size_t>(i)]))
+                                << type_name(type) << ": x16_dot wrote past its rows/tokens at " << i;
+                    }
+                }
+            }
+            cpu::WeightView view = w.view;
+            view.x16 = packed.data();
+            const int64_t n_tok = 70;
+            const auto xs = random_values(rng, static_cast<size_t>(n_tok * n_cols));
+            std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN), ref(y.size());
+            cpu::matmul(view, xs.data(), n_tok, y.data(), pool);
+            cpu::matmul_ref(w.view, xs.data(), n_tok, ref.data());
+            expect_close(view, xs, n_tok, y, ref, "x16 matmul");
+            expect_close_to_rounded(view, xs, n_tok, y);
+            // Decode batches of every size 1..33 starting at varying tokens.
+            for (int64_t nb = 1; nb <= 33; ++nb) {
+                const int64_t t0 = (nb * 7) % (n_tok - nb + 1);
+                std::vector<float> yb(static_cast<size_t>(nb * n_rows), NAN);
+                cpu::matmul(view, xs.data() + t0 * n_cols, nb, yb.data(), pool);
+                ASSERT_EQ(0, std::memcmp(yb.data(), y.data() + t0 * n_rows, yb.size() * sizeof(float)))
+                    << type_name(type) << " " << n_rows << "x" << n_cols << ": tokens " << t0 << ".." << t0 + nb - 1
+                    << " in a batch of " << nb << " vs in a batch of " << n_tok;
+            }
         }
     }
 }

@@ -55,7 +55,7 @@ Status Model::place_weights(bool map_weights) {
         const bool x16 = cpu::q8::x16_ok(w->type, w->n_rows, w->n_cols);
         if (!x16 && map_weights) continue;
         const size_t bytes = static_cast<size_t>(
-            x16 ? w->n_rows / cpu::q8::k_tile_rows * cpu::q8::x16_tile_stride(w->type, w->n_cols) : w->n_rows * w->row_bytes);
+            x16 ? cpu::q8::x16_bytes(w->type, w->n_rows, w->n_cols) : w->n_rows * w->row_bytes);
         const size_t offset = (total + 63) / 64 * 64;
         places.push_back({w, w->data, x16, offset, bytes});
         total = offset + bytes;
@@ -241,9 +241,11 @@ std::unique_ptr<Workspace> Model::make_workspace(int64_t max_tokens, int64_t max
     ws->logits_.resize(sz(max_outputs, c.n_vocab));
     ws->out_ids_.resize(static_cast<size_t>(max_outputs));
     ws->lse_.resize(sz(max_tokens, c.n_head));
-    ws->k_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
-    ws->v_ptrs_.resize(static_cast<size_t>(c.n_head_kv));
-    ws->n_past_.resize(static_cast<size_t>(c.n_head_kv));
+    // Per run of one sequence; a step has at most max_tokens runs.
+    ws->k_ptrs_.resize(sz(max_tokens, c.n_head_kv));
+    ws->v_ptrs_.resize(sz(max_tokens, c.n_head_kv));
+    ws->n_past_.resize(sz(max_tokens, c.n_head_kv));
+    ws->decode_args_.resize(static_cast<size_t>(max_tokens));
     return ws;
 }
 
@@ -368,16 +370,44 @@ Status Model::validate(const Batch &b, const KvCache &kv, const Workspace &ws) c
 
 void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t il) const {
     const ModelConfig &c = cfg_;
-    const int64_t hd = c.head_dim;
+    const int64_t hd = c.head_dim, nkv = c.n_head_kv;
+    const cpu::RowType type = kv.shape().type;
+    const int64_t rb = kv.shape().row_bytes();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // Runs are numbered in batch order; run r keeps its lane pointers and row
+    // counts at [r * n_head_kv, (r + 1) * n_head_kv) of the workspace's
+    // arrays and its lse (when a score sink wants it) at lse_ + begin * n_head
+    // ([n_head, n] for a run of n tokens: the runs' regions are disjoint).
+    const auto args_of = [&](int64_t r, int64_t begin, int64_t end) {
+        cpu::AttnArgs a;
+        a.q = ws.q_.data() + begin * c.q_dim();
+        a.k = ws.k_ptrs_.data() + r * nkv;
+        a.v = ws.v_ptrs_.data() + r * nkv;
+        a.o = ws.att_.data() + begin * c.q_dim();
+        a.n_q = end - begin;
+        a.n_past_kv = ws.n_past_.data() + r * nkv;
+        a.kv_type = type;
+        a.n_head = c.n_head;
+        a.n_head_kv = nkv;
+        a.head_dim = hd;
+        a.scale = scale;
+        return a;
+    };
+    // First token of a run whose attention its score sink wants (n: none;
+    // positions are consecutive).
+    const auto sink_first = [&](int64_t begin, int64_t end) {
+        const AttnScoreSink *sink = b.score_sinks ? b.score_sinks[begin] : nullptr;
+        return sink ? std::clamp<int64_t>(sink->from_pos - b.pos[begin], 0, end - begin) : end - begin;
+    };
+
+    // 1. Append every run's K/V rows at each lane's own row count (rows are
+    // not positions: a compacted lane holds fewer rows than positions):
+    //   k_ [t, g, :]  ->  k_lane(s, il, g)[n_past[g] + t - begin, :]
+    // and collect the decode runs (one token) for one multi-sequence call.
+    int64_t r = 0, n_dec = 0;
     for_each_run(b, [&](int64_t begin, int64_t end) {
         const int s = b.seq[begin];
-        const int64_t n = end - begin;
-        // Append this run's K/V rows at each lane's own row count (rows are not
-        // positions: a compacted lane holds fewer rows than positions):
-        //   k_ [t, g, :]  ->  k_lane(s, il, g)[n_past[g] + t - begin, :]
-        const cpu::RowType type = kv.shape().type;
-        const int64_t rb = kv.shape().row_bytes();
-        for (int64_t g = 0; g < c.n_head_kv; ++g) {
+        for (int64_t g = 0; g < nkv; ++g) {
             const int64_t n_past = kv.n_rows(s, il, g);
             uint8_t *kl = static_cast<uint8_t *>(kv.k_data(s, il, g)) + n_past * rb;
             uint8_t *vl = static_cast<uint8_t *>(kv.v_data(s, il, g)) + n_past * rb;
@@ -387,32 +417,32 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             }
             if (int32_t *pos = kv.positions(s, il, g))
                 for (int64_t t = begin; t < end; ++t) pos[n_past + t - begin] = b.pos[t];
-            ws.k_ptrs_[static_cast<size_t>(g)] = kv.k_data(s, il, g);
-            ws.v_ptrs_[static_cast<size_t>(g)] = kv.v_data(s, il, g);
-            ws.n_past_[static_cast<size_t>(g)] = n_past;
+            const size_t i = static_cast<size_t>(r * nkv + g);
+            ws.k_ptrs_[i] = kv.k_data(s, il, g);
+            ws.v_ptrs_[i] = kv.v_data(s, il, g);
+            ws.n_past_[i] = n_past;
         }
-        cpu::AttnArgs a;
-        a.q = ws.q_.data() + begin * c.q_dim();
-        a.k = ws.k_ptrs_.data();
-        a.v = ws.v_ptrs_.data();
-        a.o = ws.att_.data() + begin * c.q_dim();
-        a.n_q = n;
-        a.n_past_kv = ws.n_past_.data();
-        a.kv_type = type;
-        a.n_head = c.n_head;
-        a.n_head_kv = c.n_head_kv;
-        a.head_dim = hd;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        AttnScoreSink *sink = b.score_sinks ? b.score_sinks[begin] : nullptr;
-        // First token of the run whose attention the sink wants (positions are consecutive).
-        const int64_t first = sink ? std::clamp<int64_t>(sink->from_pos - b.pos[begin], 0, n) : n;
-        if (first < n) a.lse = ws.lse_.data();
-        if (n == 1) {
-            cpu::attention_decode(a, pool);
-        } else {
-            cpu::attention_prefill(a, pool);
+        if (end - begin == 1) {
+            cpu::AttnArgs a = args_of(r, begin, end);
+            if (sink_first(begin, end) < 1) a.lse = ws.lse_.data() + begin * c.n_head;
+            ws.decode_args_[static_cast<size_t>(n_dec++)] = a;
         }
+        ++r;
+    });
+
+    // 2. Every decode run in one dispatch (each sequence's bits are those of
+    // attention_decode on it alone), then prefill runs one by one, and the
+    // score sinks per run.
+    cpu::attention_decode_multi(ws.decode_args_.data(), n_dec, pool);
+    r = 0;
+    for_each_run(b, [&](int64_t begin, int64_t end) {
+        const int64_t n = end - begin, run = r++;
+        const int64_t first = sink_first(begin, end);
+        cpu::AttnArgs a = args_of(run, begin, end);
+        if (first < n) a.lse = ws.lse_.data() + begin * c.n_head;
+        if (n > 1) cpu::attention_prefill(a, pool);
         if (first < n) {
+            AttnScoreSink *sink = b.score_sinks[begin];
             cpu::AttnScoreArgs sa;
             sa.q = a.q + first * c.q_dim();
             sa.lse = a.lse + first;
@@ -421,10 +451,11 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             sa.kv_type = type;
             sa.n_q = n - first;
             // The scored queries see their lane up to their own row.
-            for (int64_t g = 0; g < c.n_head_kv; ++g) ws.n_past_[static_cast<size_t>(g)] += first;
-            sa.n_past_kv = ws.n_past_.data();
+            int64_t *n_past = ws.n_past_.data() + run * nkv;
+            for (int64_t g = 0; g < nkv; ++g) n_past[g] += first;
+            sa.n_past_kv = n_past;
             sa.n_head = c.n_head;
-            sa.n_head_kv = c.n_head_kv;
+            sa.n_head_kv = nkv;
             sa.head_dim = hd;
             sa.scale = a.scale;
             sa.acc = sink->acc + il * c.n_head * sink->cap;

@@ -107,10 +107,11 @@ private:
     int64_t n_outputs_ = 0;
     AlignedBuffer<float> x_, h_, q_, k_, v_, att_, gate_, up_;  // [max_tokens, ...]
     AlignedBuffer<float> out_x_, logits_;                      // [max_outputs, ...]
-    AlignedBuffer<float> lse_;                                  // [n_head, max_tokens] of one run
+    AlignedBuffer<float> lse_;                                  // [max_tokens, n_head]: run at begin, [n_head, n]
     std::vector<int64_t> out_ids_;
-    std::vector<const void *> k_ptrs_, v_ptrs_;                 // [n_head_kv]
-    std::vector<int64_t> n_past_;                               // [n_head_kv] lane rows before a chunk
+    std::vector<const void *> k_ptrs_, v_ptrs_;                 // [max_tokens runs][n_head_kv]
+    std::vector<int64_t> n_past_;                               // [max_tokens runs][n_head_kv] lane rows before a chunk
+    std::vector<cpu::AttnArgs> decode_args_;                    // [max_tokens]: a step's decode runs
 };
 
 // Weights of one layer, bound into the GGUF mapping.

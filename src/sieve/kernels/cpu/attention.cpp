@@ -9,8 +9,15 @@
 // lse = m + log l is the log of sum exp(scale * q.k) over visible keys.
 // Lanes may hold different row counts (AttnArgs::past): the query sees all
 // n_past(g) + 1 rows of KV head g's lane.
+//
+// attention_decode_multi runs the decode step of many sequences as one
+// dispatch of (sequence, KV head, chunk) tasks, each sequence with the plan
+// and merge it would get alone.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/attention_args.h"
@@ -22,49 +29,141 @@ namespace sieve::cpu {
 
 namespace {
 
+// The plan every decode call of `a` uses (attention_decode and
+// attention_decode_multi alike): one plan for every head, sized by the
+// longest lane; chunks past a shorter lane's end leave an empty partial
+// (m = -inf, l = 0), which the merge weighs 0. With equal lanes this is the
+// dense plan exactly.
+decode::ChunkPlan decode_plan(const AttnArgs &a, int n_threads) {
+    return decode::plan_chunks(attn_max_past(a) + 1, a.n_head_kv, n_threads, decode::k_blk);
+}
+
+// One task: KV head kvh's query group over chunk c of the plan, into
+// partial[h][c] = (acc[d], m, l), part_len(d) floats. Not inlined (nor the
+// merge below), so the single-sequence and multi-sequence kernels run the
+// very same machine code per task and per merge: their results are equal
+// bitwise whatever the compiler would have contracted or reordered in
+// different inlining contexts.
+template <class R>
+[[gnu::noinline]] void decode_task(const AttnArgs &a, const decode::ChunkPlan &plan, float *partial, int64_t kvh,
+                                   int64_t c) {
+    const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
+    const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk, part_len = decode::part_len(d);
+    const int64_t n_vis = a.past(kvh) + 1;
+    const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
+    const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
+    float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);
+    float *part0 = partial + (h0 * n_chunks + c) * part_len;  // head h0 + g at part0 + g * hstride
+    decode::init_parts(part0, group, hstride, d);
+    const auto *k = static_cast<const typename R::T *>(a.k[kvh]);
+    const auto *v = static_cast<const typename R::T *>(a.v[kvh]);
+    for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
+        const int64_t nb = std::min(decode::k_blk, j1 - jb);
+        decode::block<R>(a.q + h0 * d, group, k + jb * d, v + jb * d, nb, d, a.scale, s, part0, hstride);
+    }
+}
+
+void decode_task_any(const AttnArgs &a, const decode::ChunkPlan &plan, float *partial, int64_t kvh, int64_t c) {
+    switch (a.kv_type) {
+    case RowType::f32: return decode_task<decode::RowF32>(a, plan, partial, kvh, c);
+    case RowType::f16: return decode_task<decode::RowF16>(a, plan, partial, kvh, c);
+    case RowType::bf16: return decode_task<decode::RowBF16>(a, plan, partial, kvh, c);
+    }
+}
+
+[[gnu::noinline]] void decode_merge(const AttnArgs &a, const decode::ChunkPlan &plan, const float *partial) {
+    decode::merge(partial, a.n_head, plan.n_chunks, a.head_dim, a.o, a.lse);
+}
+
 template <class R>
 void decode_typed(const AttnArgs &a, ThreadPool &pool) {
-    const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
-    // One plan for every head, sized by the longest lane; chunks past a
-    // shorter lane's end leave an empty partial (m = -inf, l = 0), which the
-    // merge weighs 0. With equal lanes this is the dense plan exactly.
-    const decode::ChunkPlan plan =
-        decode::plan_chunks(attn_max_past(a) + 1, a.n_head_kv, pool.n_threads(), decode::k_blk);
-    const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk;
-    // partial[h][c] = (acc[d], m, l), part_len(d) floats
-    const int64_t part_len = decode::part_len(d);
-    float *partial = decode::grow(decode::scratch().partial, a.n_head * n_chunks * part_len);
-    pool.run(a.n_head_kv * n_chunks, [&](int64_t task, int) {
-        const int64_t kvh = task / n_chunks, c = task % n_chunks;
-        const int64_t n_vis = a.past(kvh) + 1;
-        const int64_t j0 = c * chunk, j1 = std::min(j0 + chunk, n_vis);
-        const int64_t h0 = kvh * group, hstride = n_chunks * part_len;
-        float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);
-        float *part0 = partial + (h0 * n_chunks + c) * part_len;  // head h0 + g at part0 + g * hstride
-        decode::init_parts(part0, group, hstride, d);
-        const auto *k = static_cast<const typename R::T *>(a.k[kvh]);
-        const auto *v = static_cast<const typename R::T *>(a.v[kvh]);
-        for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
-            const int64_t nb = std::min(decode::k_blk, j1 - jb);
-            decode::block<R>(a.q + h0 * d, group, k + jb * d, v + jb * d, nb, d, a.scale, s, part0, hstride);
-        }
+    const decode::ChunkPlan plan = decode_plan(a, pool.n_threads());
+    float *partial = decode::grow(decode::scratch().partial, a.n_head * plan.n_chunks * decode::part_len(a.head_dim));
+    pool.run(a.n_head_kv * plan.n_chunks, [&](int64_t task, int) {
+        decode_task<R>(a, plan, partial, task / plan.n_chunks, task % plan.n_chunks);
     });
-    decode::merge(partial, a.n_head, n_chunks, d, a.o, a.lse);
+    decode_merge(a, plan, partial);
+}
+
+void check_decode_args(const AttnArgs &a, const char *who) {
+    attn_check_args(a, who);
+    SIEVE_CHECKF(a.n_q == 1, "%s: n_q = %lld, expected 1 (use attention_prefill)", who,
+                 static_cast<long long>(a.n_q));
+    SIEVE_CHECKF(a.head_dim <= decode::k_max_row, "%s: head_dim %lld > %lld", who,
+                 static_cast<long long>(a.head_dim), static_cast<long long>(decode::k_max_row));
+}
+
+// Where each sequence of a multi call sits in the task list and the scratch.
+struct MultiSeq {
+    int64_t task0 = 0;     // first task of the sequence
+    int64_t part0 = 0;     // its partials start at partial + part0 (a multiple of 16 floats)
+    decode::ChunkPlan plan;
+};
+// The calling thread's, grown only (steady-state calls do not allocate).
+struct MultiScratch {
+    std::vector<MultiSeq> seqs;
+    std::unique_ptr<std::atomic<int64_t>[]> left;  // [n_seq] tasks of each sequence not yet finished
+    int64_t cap = 0;
+};
+MultiScratch &multi_scratch() {
+    static thread_local MultiScratch s;
+    return s;
 }
 
 }  // namespace
 
 void attention_decode(const AttnArgs &a, ThreadPool &pool) {
-    attn_check_args(a, "attention_decode");
-    SIEVE_CHECKF(a.n_q == 1, "attention_decode: n_q = %lld, expected 1 (use attention_prefill)",
-                 static_cast<long long>(a.n_q));
-    SIEVE_CHECKF(a.head_dim <= decode::k_max_row, "attention_decode: head_dim %lld > %lld",
-                 static_cast<long long>(a.head_dim), static_cast<long long>(decode::k_max_row));
+    check_decode_args(a, "attention_decode");
     switch (a.kv_type) {
     case RowType::f32: return decode_typed<decode::RowF32>(a, pool);
     case RowType::f16: return decode_typed<decode::RowF16>(a, pool);
     case RowType::bf16: return decode_typed<decode::RowBF16>(a, pool);
     }
+}
+
+// Tasks (sequence, KV head, chunk) in sequence order, each sequence with the
+// plan attention_decode would use for it alone with this pool, its partials
+// in a region of their own. The thread that finishes a sequence's last task
+// merges that sequence (acq_rel on its counter makes every other task's
+// partials visible to it), so there is no second dispatch and merges overlap
+// other sequences' tasks. Per sequence this is attention_decode's task
+// function over the same plan and its merge over the same partials: the same
+// bits.
+void attention_decode_multi(const AttnArgs *args, int64_t n_seq, ThreadPool &pool) {
+    SIEVE_CHECKF(n_seq >= 0 && (n_seq == 0 || args), "attention_decode_multi: n_seq = %lld, args %p",
+                 static_cast<long long>(n_seq), static_cast<const void *>(args));
+    if (n_seq == 0) return;
+    MultiScratch &ms = multi_scratch();
+    if (ms.seqs.size() < static_cast<size_t>(n_seq)) ms.seqs.resize(static_cast<size_t>(n_seq));
+    if (ms.cap < n_seq) {
+        ms.left.reset(new std::atomic<int64_t>[static_cast<size_t>(n_seq)]);
+        ms.cap = n_seq;
+    }
+    int64_t n_tasks = 0, n_part = 0;
+    for (int64_t i = 0; i < n_seq; ++i) {
+        const AttnArgs &a = args[i];
+        check_decode_args(a, "attention_decode_multi");
+        MultiSeq &m = ms.seqs[static_cast<size_t>(i)];
+        m.plan = decode_plan(a, pool.n_threads());
+        m.task0 = n_tasks;
+        m.part0 = n_part;
+        const int64_t tasks = a.n_head_kv * m.plan.n_chunks;
+        ms.left[i].store(tasks, std::memory_order_relaxed);
+        n_tasks += tasks;
+        n_part += a.n_head * m.plan.n_chunks * decode::part_len(a.head_dim);
+    }
+    float *partial = decode::grow(decode::scratch().partial, n_part);
+    const MultiSeq *seqs = ms.seqs.data();
+    std::atomic<int64_t> *left = ms.left.get();
+    pool.run(n_tasks, [&](int64_t task, int) {
+        // The sequence of the task: the last one starting at or before it.
+        const MultiSeq *m =
+            std::upper_bound(seqs, seqs + n_seq, task, [](int64_t t, const MultiSeq &s) { return t < s.task0; }) - 1;
+        const int64_t i = m - seqs, local = task - m->task0;
+        const AttnArgs &a = args[i];
+        decode_task_any(a, m->plan, partial + m->part0, local / m->plan.n_chunks, local % m->plan.n_chunks);
+        if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) decode_merge(a, m->plan, partial + m->part0);
+    });
 }
 
 }  // namespace sieve::cpu

@@ -140,14 +140,24 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
             }
         };
         if (w.x16) {
-            // Q4_0 / Q8_0 repacked at load: decode and prefill both read
-            // 16-row tiles straight from the repacked copy.
+            // Repacked at load: decode expands the 16-row tiles in registers
+            // as it streams them; prefill expands each tile once into the
+            // packed layout for all its tokens. Both give the same bits.
             const int64_t stride = q8::x16_tile_stride(w.type, w.n_cols);
+            uint8_t *packed = decode ? nullptr : grow(scratch().packed, static_cast<size_t>(q8::tile_bytes(w.type, s)));
             for (int64_t rb = r0; rb < r1; rb += q8::k_tile_rows) {
                 const uint8_t *tile16 = w.x16 + rb / q8::k_tile_rows * stride;
-                token_groups(rb, [&](const uint8_t *const *acts, int n_act, float *const *outs) {
-                    q8::x16_dot(w.type, tile16, acts, n_act, s, outs);
-                });
+                const int n_r = static_cast<int>(std::min<int64_t>(q8::k_tile_rows, r1 - rb));
+                if (decode) {
+                    token_groups(rb, [&](const uint8_t *const *acts, int n_act, float *const *outs) {
+                        q8::x16_dot(w.type, tile16, acts, n_act, s, outs, n_r, true);
+                    });
+                } else {
+                    q8::x16_unpack_tile(w.type, tile16, s, packed);
+                    token_groups(rb, [&](const uint8_t *const *acts, int n_act, float *const *outs) {
+                        q8::tile_dot(w.type, packed, acts, n_act, s, outs, n_r);
+                    });
+                }
             }
             return;
         }
@@ -207,7 +217,7 @@ void check_weight(const WeightView &w) {
     SIEVE_CHECKF(w.row_bytes >= w.n_cols / tr->block_size * tr->type_size, "matmul: row_bytes = %lld too small",
                  static_cast<long long>(w.row_bytes));
     SIEVE_CHECKF(!w.x16 || q8::x16_ok(w.type, w.n_rows, w.n_cols),
-                 "matmul: an x16 copy needs Q4_0 / Q8_0 rows in whole 16-row tiles (got %s, %lld x %lld)",
+                 "matmul: %s %lld x %lld has no x16 layout (matmul_q8.h)",
                  type_name(w.type), static_cast<long long>(w.n_rows), static_cast<long long>(w.n_cols));
 }
 

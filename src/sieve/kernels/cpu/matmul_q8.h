@@ -87,21 +87,38 @@ void pack_tile(GgmlType type, const uint8_t *rows, int64_t row_bytes, int n_rows
 void tile_dot(GgmlType type, const uint8_t *tile, const uint8_t *const *acts, int n_act, const RowShape &s,
               float *const *out, int n_rows);
 
-// Q4_0 and Q8_0 repacked once at load for the tile kernel ("x16"): every
-// 16 rows (a row tile) hold, per pair of 32-column blocks, both blocks'
-// weights and then their 16 f16 scales each, exactly the GGUF bytes of
-// those 32 blocks, so decode streams no more than the file. Weights of a
-// block in 64-byte vectors, byte 4 r + k of a vector for row r:
-//   Q4_0: vector j (4 per block) holds column 8 j + k in its low nibble and
-//         8 j + 4 + k in its high nibble (two masks give tile_dot's bytes);
-//   Q8_0: vector q (8 per block) holds column 4 q + k as u = q8 + 128.
-// Needs n_rows % 16 == 0 and an even number of blocks (x16_ok).
+// Every integer-path type repacked once at load for the tile kernel
+// ("x16"), so decode and prefill read the same 16-row tiles and a token's
+// result never depends on how many tokens share its step. Each 16 rows (a
+// row tile; the last one padded with zero rows) hold units of columns, a
+// pair of 32-column blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; an odd last block
+// leaves the pair half zero) or one 256-column super-block (Q4_K, Q5_K,
+// Q6_K), with the weights in 64-byte vectors, byte 4 r + k for row r:
+//   nibble types: vector j (4 per block) holds column 8 j + k in its low
+//         nibble and 8 j + 4 + k in its high nibble;
+//   Q8_0: vector q (8 per block) holds column 4 q + k as u = q8 + 128;
+//   Q5_*: per block one vector more, bit 2 j of byte 4 r + k the fifth bit
+//         of column 8 j + k, bit 2 j + 1 that of column 8 j + 4 + k;
+//   Q6_K: per block two vectors more, bits 2 j, 2 j + 1 of byte 4 r + k the
+//         top two bits of column 8 j + k (first vector), 8 j + 4 + k (second).
+// then the scales as the file has them, 16 rows side by side: the f16 d (and
+// m) per block; for the K-quants the f16 d (and dmin) per super-block and the
+// 6-bit sub-block scales (and mins) one byte per row (Q6_K: its int8 scales
+// per 16 columns). So decode streams about what the file holds (Q6_K +1%,
+// Q4_K / Q5_K +3%), and the kernel expands weights in registers.
+// Needs an AVX-512 VNNI build and n_cols a multiple of the type's block.
 bool x16_ok(GgmlType type, int64_t n_rows, int64_t n_cols);
 int64_t x16_tile_stride(GgmlType type, int64_t n_cols);  // bytes per 16 rows
+int64_t x16_bytes(GgmlType type, int64_t n_rows, int64_t n_cols);  // bytes of the whole repacked matrix
 void repack_x16(GgmlType type, const void *src, int64_t row_bytes, int64_t n_rows, int64_t n_cols, uint8_t *dst);
-// out[t][r] = dot(row r of the 16-row tile at tile16, activation row t), t < n_act (1..8).
+// out[t][r] = dot(row r of the 16-row tile at tile16, activation row t), t < n_act (1..8), r < n_rows (1..16).
 // The same arithmetic as tile_dot on the unpacked rows (bit for bit).
+// stream: the call is part of a decode pass over the whole matrix (prefetch ahead).
 void x16_dot(GgmlType type, const uint8_t *tile16, const uint8_t *const *acts, int n_act, const RowShape &s,
-             float *const *out);
+             float *const *out, int n_rows = k_tile_rows, bool stream = false);
+// The x16 tile at tile16 expanded into pack_tile's layout (tile_bytes(type, s)
+// bytes, 64-byte aligned), for tile_dot: prefill expands each tile once for
+// all its tokens, with the bits x16_dot would give.
+void x16_unpack_tile(GgmlType type, const uint8_t *tile16, const RowShape &s, uint8_t *tile);
 
 }  // namespace sieve::cpu::q8

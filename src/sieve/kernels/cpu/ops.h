@@ -106,6 +106,15 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool);
 // n_q == 1 fast path split along the keys across threads (flash-decoding),
 // so one long sequence still uses every core.
 void attention_decode(const AttnArgs &a, ThreadPool &pool);
+// attention_decode of n_seq independent sequences (a decode step of a batch:
+// each args[i] has n_q == 1 and its own q, lanes, n_past / n_past_kv, o and
+// optional lse; shapes and row types may differ) in one pool dispatch: the
+// tasks are (sequence, KV head, chunk) over all sequences, so short and long
+// sequences share the threads and a step pays one barrier instead of n_seq.
+// Each sequence's o and lse are bit-identical to attention_decode(args[i],
+// pool) (the same chunk plan, task code and merge order). Outputs must not
+// overlap. Scratch is kept per thread and only grows.
+void attention_decode_multi(const AttnArgs *args, int64_t n_seq, ThreadPool &pool);
 // Scalar oracle (double accumulation) for both.
 void attention_ref(const AttnArgs &a);
 
