@@ -51,6 +51,29 @@ sieve_bench_test(policy_h2o 0 "\\| pp16 @ d70 h2o:keep=0.5 \\|" "" ${bench_small
 sieve_bench_test(policy_jsonl 0 "\"kv_policy\": \"pyramidkv:keep=0.3\"" "" ${bench_small} -d 70 --kv-policy pyramidkv:keep=0.3 -o jsonl)
 sieve_bench_test(bad_policy 2 "" "--kv-policy: KV policy 'snapkv:agg=sum': agg=sum: expected mean or max" ${bench_small} --kv-policy snapkv:agg=sum)
 sieve_bench_test(policy_contiguous 2 "" "--kv-policy needs --kv vattention" ${bench_small} --kv-policy snapkv --kv contiguous)
+# -npl / --n-parallel (llama-batched-bench): P slots each hold the depth, a tg
+# step is one forward pass of P tokens; rows carry n_parallel (1 by default,
+# with no step fields), and in a run with P > 1 step_ms and step_ratio (the
+# step time over the n_parallel = 1 row's); pp prefills every slot's prompt.
+sieve_bench_test(npl_default_jsonl 0 "\"n_depth\": 0, \"n_parallel\": 1, \"test_time\".*\"bw_gbps\": 20\\.0+, \"samples_ns\"" "" ${bench_small} -o jsonl)
+sieve_bench_test(npl_jsonl_1 0 "^\\{.*\"n_prompt\": 0, \"n_gen\": 4, \"n_depth\": 5, \"n_parallel\": 1, .*\"step_ms\": [0-9.]+, \"step_ratio\": 1\\.0+, \"samples_ns\"" "" ${bench_small} -npl 1,3 -n 4 -d 5 -o jsonl)
+sieve_bench_test(npl_jsonl_3 0 "^\\{.*\"n_prompt\": 0, \"n_gen\": 4, \"n_depth\": 5, \"n_parallel\": 3, .*\"gbps\": [0-9.]+, \"bw_frac\": [0-9.]+, \"bw_gbps\": [0-9.]+, \"step_ms\": [0-9.]+, \"step_ratio\": [0-9.]+, " "" ${bench_small} -npl 1,3 -n 4 -d 5 -o jsonl)
+sieve_bench_test(npl_jsonl_pp 0 "^\\{.*\"n_prompt\": 16, \"n_gen\": 0, \"n_depth\": 5, \"n_parallel\": 3, .*\"gbps\": null, .*\"step_ms\": null, \"step_ratio\": null, " "" ${bench_small} -npl 3,1 -d 5 -o jsonl)
+# Without 1 in the list there is no step ratio.
+sieve_bench_test(npl_no_ratio 0 "\"n_parallel\": 2, .*\"step_ms\": [0-9.]+, \"step_ratio\": null, " "" ${bench_small} -p 0 -npl 2 -o jsonl)
+sieve_bench_test(npl_md_header 0 "\\| threads \\| n_parallel \\| test \\| t/s \\| step ms \\| x1 step \\| GB/s \\| % bw \\|" "" ${bench_small} -npl 1,3)
+sieve_bench_test(npl_md_row 0 "\\| CPU \\| 1 \\| 3 \\| tg4 @ d5 x3 \\| [0-9.]+ ± [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+ \\|" "" ${bench_small} -t 1 -npl 1,3 -d 5)
+sieve_bench_test(npl_csv 0 "^build_commit,.*,n_depth,n_parallel,.*,bw_gbps,step_ms,step_ratio,samples_ns,samples_ts$" "" ${bench_small} -npl 2 -o csv)
+# A tg step of P tokens needs no -b of P; the paged baseline holds P slots too.
+sieve_bench_test(npl_small_batch 0 "\\| tg4 @ d10 x4 \\|" "" ${bench_small} -npl 4 -b 2 -d 10)
+sieve_bench_test(npl_contiguous 0 "\\| tg4 @ d40 x2 \\|" "" ${bench_small} -npl 2 -d 40 --kv contiguous)
+# With a policy each slot's depth is compressed and restored on its own; the
+# sliding and scoring policies run their decode point per slot after each step.
+sieve_bench_test(npl_policy_sliding 0 "\\| tg4 @ d70 x2 streaming:budget=20 \\|" "" ${bench_small} -d 70 -npl 1,2 --kv-policy streaming:budget=20)
+sieve_bench_test(npl_policy_h2o 0 "\\| pp16 @ d70 x2 h2o:keep=0.5 \\|" "" ${bench_small} -d 70 -npl 2 --kv-policy h2o:keep=0.5)
+sieve_bench_test(bad_npl_zero 2 "" "-npl: expected an integer in \\[1, 256\\], got 0" ${bench_small} -npl 0)
+sieve_bench_test(bad_npl_text 2 "" "-npl: expected an integer, got 'x'" ${bench_small} -npl 2,x)
+sieve_bench_test(bad_npl_large 2 "" "--n-parallel: expected an integer in \\[1, 256\\], got 257" ${bench_small} --n-parallel 257)
 sieve_bench_test(help 0 "usage: sieve bench" "" --help)
 sieve_bench_test(bad_format 2 "" "-o: expected md, csv, json or jsonl, got 'xml'" ${bench_small} -o xml)
 sieve_bench_test(bad_list 2 "" "-p: expected" ${bench_small} -p 8,x)

@@ -1,17 +1,24 @@
 // sieve bench: prompt-processing and generation speed, in the manner of
 // llama-bench (same flags, same test names, same jsonl field names).
 //
-// For each model x threads x depth x test:
-//   1. depth: the KV of slot 0 is filled with n_depth random tokens (prefill
-//      in batches of n_batch, not timed) once; every run rolls back to it
-//      with set_n_pos, so repetitions see the same KV;
-//   2. pp<P>: P random tokens prefilled in batches of up to n_batch, timed;
-//      tg<N>: N random tokens fed one per forward pass (no sampling), timed;
-//   3. a warm-up run first (tg: up to 16 tokens), then -r timed repetitions.
-// Each row reports mean ± std of tokens/s over the repetitions, the median,
-// and for tg the achieved bandwidth: (weight bytes + K/V bytes read per
-// token at the test's mean position) x tokens/s, and its fraction of the
-// machine's read bandwidth, which is measured at start (or given).
+// For each model x threads x depth x test x n_parallel (-npl, default 1):
+//   1. depth: the KV of each of the n_parallel slots 0..P-1 is filled with
+//      n_depth random tokens of its own (prefill in batches of n_batch, not
+//      timed) once; every run rolls each slot back to it with set_n_pos, so
+//      repetitions see the same KV;
+//   2. pp<N>: N random tokens per slot prefilled, timed: the slots' prompts
+//      one after another, cut into forward passes of up to n_batch tokens (a
+//      pass may hold the end of one slot's prompt and the start of the next);
+//      tg<N>: N forward passes, each of one random token per slot (P tokens,
+//      seq 0..P-1, each at its slot's next position; no sampling), timed;
+//   3. a warm-up run first (tg: up to 16 steps), then -r timed repetitions.
+// Each row reports mean ± std of tokens/s over the repetitions (aggregate:
+// P x tokens / time), the median, and for tg the achieved bandwidth: (weight
+// bytes + the K/V bytes every slot reads per step at the test's mean
+// position) x steps/s, and its fraction of the machine's read bandwidth,
+// which is measured at start (or given). With -npl > 1 tg rows also report
+// the median step time and its ratio to the n_parallel = 1 row's (as
+// llama-batched-bench's S_TG, one row per batch size).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,6 +52,7 @@ struct BenchOptions {
     std::vector<int64_t> n_gen = {128};
     std::vector<int64_t> n_depth = {0};
     std::vector<int64_t> n_threads;
+    std::vector<int64_t> n_parallel = {1};  // -npl: sequences per test, ascending, no repeats
     int64_t n_batch = 512;
     int64_t reps = 5;
     BenchFormat format = BenchFormat::md;
@@ -69,6 +77,13 @@ void print_usage(FILE *out) {
                  "  -n, --n-gen N[,N]           generation sizes (default 128; 0 skips tg)\n"
                  "  -d, --n-depth N[,N]         tokens already in the KV before each test (default 0)\n"
                  "  -t, --threads N[,N]         threads (default: all cores)\n"
+                 "  -npl, --n-parallel N[,N]    sequences decoded together, 1 ..= 256 (default 1), as\n"
+                 "                              llama-batched-bench: N KV slots each hold the depth (own\n"
+                 "                              random tokens); a tg step is one forward pass of N tokens,\n"
+                 "                              one per slot; pp prefills every slot's prompt in passes of\n"
+                 "                              up to -b tokens; t/s is aggregate (N x tokens / time);\n"
+                 "                              tg rows add the median step time and its ratio to the\n"
+                 "                              N = 1 row's (when the list holds 1); rows by ascending N\n"
                  "  -b, --batch-size N          max tokens per forward pass in pp and depth fill (default 512)\n"
                  "  -r, --repetitions N         timed runs per test after one warm-up (default 5)\n"
                  "  -o, --output md|csv|json|jsonl   output format (default md)\n"
@@ -91,7 +106,7 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
     ArgCursor args(argc, argv);
     std::string flag;
     // A list flag given by the user replaces its default; repeats append.
-    bool seen_p = false, seen_n = false, seen_d = false;
+    bool seen_p = false, seen_n = false, seen_d = false, seen_npl = false;
     std::string type_k, type_v;
     const auto fail = [](const Status &st) {
         std::fprintf(stderr, "sieve bench: %s\n", st.message().c_str());
@@ -126,6 +141,8 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
             st = list(&o->n_gen, &seen_n, 0, k_max_tokens);
         } else if (flag == "-d" || flag == "--n-depth") {
             st = list(&o->n_depth, &seen_d, 0, k_max_tokens);
+        } else if (flag == "-npl" || flag == "--n-parallel") {
+            st = list(&o->n_parallel, &seen_npl, 1, 256);
         } else if (flag == "-t" || flag == "--threads") {
             st = list(&o->n_threads, nullptr, 1, 1024);
         } else if (flag == "-b" || flag == "--batch-size") {
@@ -185,6 +202,8 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
     if (Status st = parse_cache_types(type_k, type_v, &o->kv_type); !st.ok()) return fail(st);
     if (o->kv_policy && o->kv != "vattention")
         return fail(Status::error("--kv-policy needs --kv vattention (the depth is kept as a swap image)"));
+    std::sort(o->n_parallel.begin(), o->n_parallel.end());
+    o->n_parallel.erase(std::unique(o->n_parallel.begin(), o->n_parallel.end()), o->n_parallel.end());
     if (o->models.empty()) o->models.push_back(default_model_path());
     if (o->n_threads.empty())
         o->n_threads.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())));
@@ -244,26 +263,41 @@ ModelFacts model_facts(const std::string &path, const GgufFile &file, const Mode
     return m;
 }
 
-// One model's bench state: KV with the depth prefix, workspace, token source.
+// One model's bench state: KV with the depth prefix in each slot, workspace,
+// token source.
 class Runner {
 public:
     Runner(const Model &model, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t n_batch)
-        : model_(model), kv_(kv), ws_(ws), pool_(pool), n_batch_(n_batch), rng_(1234) {}
+        : model_(model), kv_(kv), ws_(ws), pool_(pool), n_batch_(n_batch), rng_(1234) {
+        const size_t n_slots = static_cast<size_t>(kv.shape().n_seq);
+        base_.resize(n_slots);
+        slots_.resize(n_slots);
+    }
 
-    // Appends n random tokens to slot 0 in batches; returns the first error.
-    Status append(int64_t n, int64_t batch) {
+    // Appends n random tokens to each slot of [s0, s1): the slots' tokens one
+    // after another, cut into forward passes of up to `batch` tokens (so
+    // n = 1, batch = s1 - s0 is one decode step of every slot); returns the
+    // first error.
+    Status append(int s0, int s1, int64_t n, int64_t batch) {
         std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model_.config().n_vocab - 1));
-        for (int64_t done = 0; done < n;) {
-            const int64_t m = std::min(batch, n - done);
+        for (int s = s0; s < s1; ++s) base_[static_cast<size_t>(s)] = kv_.n_pos(s);
+        const int64_t total = static_cast<int64_t>(s1 - s0) * n;
+        for (int64_t done = 0; done < total;) {
+            const int64_t m = std::min(batch, total - done);
             tokens_.resize(static_cast<size_t>(m));
             pos_.resize(static_cast<size_t>(m));
-            seq_.assign(static_cast<size_t>(m), 0);
-            const int64_t p0 = kv_.n_pos(0);
+            seq_.resize(static_cast<size_t>(m));
+            sinks_.resize(static_cast<size_t>(m));
             for (int64_t i = 0; i < m; ++i) {
-                tokens_[static_cast<size_t>(i)] = tok(rng_);
-                pos_[static_cast<size_t>(i)] = static_cast<int32_t>(p0 + i);
+                const int64_t g = done + i;
+                const int s = s0 + static_cast<int>(g / n);
+                const size_t k = static_cast<size_t>(i);
+                const KvPolicyState *st = slots_[static_cast<size_t>(s)].state.get();
+                tokens_[k] = tok(rng_);
+                pos_[k] = static_cast<int32_t>(base_[static_cast<size_t>(s)] + g % n);
+                seq_[k] = s;
+                sinks_[k] = st && st->scoring ? &slots_[static_cast<size_t>(s)].state->sink : nullptr;
             }
-            sinks_.assign(static_cast<size_t>(m), state_ && state_->scoring ? &state_->sink : nullptr);
             Batch b{tokens_.data(), pos_.data(), seq_.data(), m, nullptr, sinks_.data()};
             SIEVE_TRY(model_.forward(b, kv_, ws_, pool_));
             done += m;
@@ -271,61 +305,71 @@ public:
         return Status();
     }
 
-    // Brings slot 0 to exactly `depth` rows of KV: rolls back, or fills.
-    Status set_depth(int64_t depth) {
-        if (policy_) return set_depth_with_policy(depth);
-        if (kv_.n_pos(0) > depth) kv_.set_n_pos(0, depth);
-        if (kv_.n_pos(0) < depth) SIEVE_TRY(append(depth - kv_.n_pos(0), n_batch_));
+    // Brings slots [0, n_slots) to exactly `depth` rows of KV each: rolls
+    // back, or fills (each slot with random tokens of its own).
+    Status set_depth(int n_slots, int64_t depth) {
+        for (int s = 0; s < n_slots; ++s) {
+            if (policy_) {
+                SIEVE_TRY(set_depth_with_policy(s, depth));
+                continue;
+            }
+            if (kv_.n_pos(s) > depth) kv_.set_n_pos(s, depth);
+            if (kv_.n_pos(s) < depth) SIEVE_TRY(append(s, s + 1, depth - kv_.n_pos(s), n_batch_));
+        }
         return Status();
     }
 
     // With a policy the depth is a prompt it compresses: filled (scored) and
-    // compacted once per depth, kept as a swap image with the policy's state,
-    // and restored before every run (compacted lanes cannot be rolled back).
+    // compacted once per depth and slot, kept as a swap image with the
+    // slot's policy state, and restored before every run (compacted lanes
+    // cannot be rolled back).
     void set_policy(KvPolicyPtr p, int64_t max_rows) {
         policy_ = std::move(p);
         max_rows_ = max_rows;
     }
 
-    Status set_depth_with_policy(int64_t depth) {
+    Status set_depth_with_policy(int s, int64_t depth) {
         auto &vkv = static_cast<VAttentionKv &>(kv_);
-        if (!image_ || image_depth_ != depth) {
-            kv_.clear(0);
-            state_ = policy_->make_state(kv_.shape(), model_.config().n_head, max_rows_);
-            policy_->begin_prefill(state_.get(), depth);
-            if (depth > 0) SIEVE_TRY(append(depth, n_batch_));
-            PolicyContext ctx = context(depth);
+        Slot &slot = slots_[static_cast<size_t>(s)];
+        if (!slot.image || slot.image_depth != depth) {
+            kv_.clear(s);
+            slot.state = policy_->make_state(kv_.shape(), model_.config().n_head, max_rows_);
+            policy_->begin_prefill(slot.state.get(), depth);
+            if (depth > 0) SIEVE_TRY(append(s, s + 1, depth, n_batch_));
+            PolicyContext ctx = context(s, depth);
             if (depth > 0) SIEVE_TRY(policy_->after_prefill(ctx));
-            image_ = std::make_unique<KvSwapImage>();
-            SIEVE_TRY(vkv.swap_out(0, image_.get()));
-            image_depth_ = depth;
-            saved_state_ = state_ ? std::make_unique<KvPolicyState>(*state_) : nullptr;
+            slot.image = std::make_unique<KvSwapImage>();
+            SIEVE_TRY(vkv.swap_out(s, slot.image.get()));
+            slot.image_depth = depth;
+            slot.saved_state = slot.state ? std::make_unique<KvPolicyState>(*slot.state) : nullptr;
         }
-        vkv.release(0);
-        SIEVE_TRY(vkv.swap_in(0, *image_));
-        if (saved_state_) {
-            *state_ = *saved_state_;
-            state_->sink.acc = state_->acc.empty() ? nullptr : state_->acc.data();
+        vkv.release(s);
+        SIEVE_TRY(vkv.swap_in(s, *slot.image));
+        if (slot.saved_state) {
+            *slot.state = *slot.saved_state;
+            slot.state->sink.acc = slot.state->acc.empty() ? nullptr : slot.state->acc.data();
         }
         return Status();
     }
 
-    // One timed run at `depth`: pp (n_prompt tokens in batches) or tg
-    // (n_gen single-token steps, each followed by the policy's decode point).
+    // One timed run at `depth` over slots [0, n_slots): pp (n_prompt tokens
+    // per slot, in passes of up to n_batch) or tg (n_gen steps of one token
+    // per slot, each followed by the policy's decode point for every slot).
     // *ns = wall time of the forward passes and the policy's work.
-    Status run_once(int64_t depth, int64_t n_prompt, int64_t n_gen, int64_t *ns) {
-        SIEVE_TRY(set_depth(depth));
+    Status run_once(int n_slots, int64_t depth, int64_t n_prompt, int64_t n_gen, int64_t *ns) {
+        SIEVE_TRY(set_depth(n_slots, depth));
         const int64_t t0 = time_ns();
-        if (n_prompt > 0) SIEVE_TRY(append(n_prompt, n_batch_));
+        if (n_prompt > 0) SIEVE_TRY(append(0, n_slots, n_prompt, n_batch_));
         if (n_gen > 0) {
             if (policy_ && policy_->acts_after_decode()) {
-                const PolicyContext ctx = context(depth);
                 for (int64_t i = 0; i < n_gen; ++i) {
-                    SIEVE_TRY(append(1, 1));
-                    SIEVE_TRY(policy_->after_decode(ctx));
+                    SIEVE_TRY(append(0, n_slots, 1, n_slots));
+                    for (int s = 0; s < n_slots; ++s) SIEVE_TRY(policy_->after_decode(context(s, depth)));
                 }
+            } else if (n_slots == 1) {
+                SIEVE_TRY(append(0, 1, n_gen, 1));
             } else {
-                SIEVE_TRY(append(n_gen, 1));
+                for (int64_t i = 0; i < n_gen; ++i) SIEVE_TRY(append(0, n_slots, 1, n_slots));
             }
         }
         *ns = time_ns() - t0;
@@ -338,27 +382,34 @@ private:
             .count();
     }
 
+    // A slot's policy state and the swap image of its compressed depth.
+    struct Slot {
+        std::unique_ptr<KvPolicyState> state, saved_state;
+        std::unique_ptr<KvSwapImage> image;
+        int64_t image_depth = -1;
+    };
+
     const Model &model_;
     KvCache &kv_;
     Workspace &ws_;
     ThreadPool &pool_;
-    PolicyContext context(int64_t n_prompt) {
-        return policy_context(&kv_, 0, n_prompt, model_.config().n_head, state_.get());
+    PolicyContext context(int s, int64_t n_prompt) {
+        return policy_context(&kv_, s, n_prompt, model_.config().n_head, slots_[static_cast<size_t>(s)].state.get());
     }
 
     int64_t n_batch_;
     std::mt19937 rng_;
     std::vector<int32_t> tokens_, pos_, seq_;
+    std::vector<int64_t> base_;  // append(): each slot's n_pos before the call
     std::vector<AttnScoreSink *> sinks_;
     KvPolicyPtr policy_;
     int64_t max_rows_ = 0;
-    std::unique_ptr<KvPolicyState> state_, saved_state_;
-    std::unique_ptr<KvSwapImage> image_;
-    int64_t image_depth_ = -1;
+    std::vector<Slot> slots_;
 };
 
-Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &model, int64_t n_ctx) {
-    const KvShape shape = model.kv_shape(1, bo.kv_type);
+// A store of n_slots slots of n_ctx positions each.
+Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &model, int64_t n_ctx, int n_slots) {
+    const KvShape shape = model.kv_shape(n_slots, bo.kv_type);
     if (bo.kv == "vattention") {
         VAttentionKvOptions o;
         o.shape = shape;
@@ -366,7 +417,7 @@ Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &mo
         o.pool.page_bytes = bo.kv_page;
         // By default the pool holds the whole context plus a few pages of
         // slack per lane (rows straddle pages; headroom maps one page ahead).
-        const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
+        const int64_t lanes = shape.n_seq * shape.n_layer * shape.n_head_kv * 2;
         const int64_t row_bytes = shape.row_bytes();
         o.pool.budget_bytes = bo.kv_memory > 0 ? bo.kv_memory : lanes * (n_ctx * row_bytes + 3 * bo.kv_page);
         Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(o);
@@ -405,63 +456,78 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
     int64_t n_ctx = 1;
     for (int64_t d : o.n_depth)
         for (const Test &t : tests) n_ctx = std::max(n_ctx, d + t.n_prompt + t.n_gen);
-    Result<std::unique_ptr<KvCache>> kv = make_kv(o, m, n_ctx);
-    if (!kv.ok()) return Status::errorf("%s: KV store for %lld tokens: %s", path.c_str(), static_cast<long long>(n_ctx),
-                                        kv.status().message().c_str());
-    std::unique_ptr<Workspace> ws = m.make_workspace(o.n_batch, 1);
+    // Slots for the largest n_parallel; a tg step of P slots is P tokens and
+    // P logits rows whatever -b is.
+    const int max_par = static_cast<int>(o.n_parallel.back());
+    Result<std::unique_ptr<KvCache>> kv = make_kv(o, m, n_ctx, max_par);
+    if (!kv.ok()) {
+        const std::string slots = max_par > 1 ? strfmt(" in each of %d slots", max_par) : std::string();
+        return Status::errorf("%s: KV store for %lld tokens%s: %s", path.c_str(), static_cast<long long>(n_ctx),
+                              slots.c_str(), kv.status().message().c_str());
+    }
+    std::unique_ptr<Workspace> ws = m.make_workspace(std::max<int64_t>(o.n_batch, max_par), max_par);
 
     for (int64_t n_threads : o.n_threads) {
         ThreadPool pool(static_cast<int>(n_threads));
         Runner runner(m, **kv, *ws, pool, o.n_batch);
         if (o.kv_policy) runner.set_policy(o.kv_policy, n_ctx);
-        (*kv)->clear(0);
+        for (int s = 0; s < max_par; ++s) (*kv)->clear(s);
         for (int64_t depth : o.n_depth) {
             for (const Test &t : tests) {
-                BenchRow row;
-                row.model_filename = facts.filename;
-                row.model_type = facts.type_desc;
-                row.model_size = facts.size;
-                row.model_n_params = facts.n_params;
-                row.n_batch = o.n_batch;
-                row.n_threads = static_cast<int>(n_threads);
-                row.kv_store = o.kv;
-                row.kv_policy = o.kv_policy ? o.kv_policy->name() : "dense";
-                row.type_k = row.type_v = cpu::row_type_name(o.kv_type);
-                row.use_mmap = o.mmap;
-                row.huge_frac = huge_frac;
-                row.n_prompt = t.n_prompt;
-                row.n_gen = t.n_gen;
-                row.n_depth = depth;
-                row.test_time = utc_now();
-                row.cpu_info = cpu;
-                row.bw_gbps = bw_gbps;
-                std::fprintf(stderr, "sieve bench: %s, %s, %lld threads ...\n", facts.type_desc.c_str(),
-                             bench_test_name(row).c_str(), static_cast<long long>(n_threads));
-                int64_t ns = 0;
-                // Warm-up: caches, page mappings, the pool's spinning workers.
-                SIEVE_TRY(runner.run_once(depth, t.n_prompt, std::min<int64_t>(t.n_gen, 16), &ns));
-                for (int64_t r = 0; r < o.reps; ++r) {
-                    SIEVE_TRY(runner.run_once(depth, t.n_prompt, t.n_gen, &ns));
-                    row.samples_ns.push_back(ns);
-                }
-                bench_row_finish(&row);
-                if (t.n_gen > 0) {
-                    // Token i (0-based) attends to depth + i + 1 positions.
-                    // Rows a lane holds before the first step: the depth, or what the policy kept of it.
-                    double rows0 = static_cast<double>(depth);
-                    if (o.kv_policy) {
-                        const int64_t n_layer = m.config().n_layer;
-                        rows0 = 0;
-                        for (int64_t l = 0; l < n_layer; ++l) rows0 += static_cast<double>(o.kv_policy->kept_rows(depth, l, n_layer));
-                        rows0 /= static_cast<double>(n_layer);
+                double step_ms_1 = -1;  // the n_parallel = 1 row's median step time (tg)
+                for (int64_t n_par : o.n_parallel) {
+                    const int n_slots = static_cast<int>(n_par);
+                    BenchRow row;
+                    row.model_filename = facts.filename;
+                    row.model_type = facts.type_desc;
+                    row.model_size = facts.size;
+                    row.model_n_params = facts.n_params;
+                    row.n_batch = o.n_batch;
+                    row.n_threads = static_cast<int>(n_threads);
+                    row.kv_store = o.kv;
+                    row.kv_policy = o.kv_policy ? o.kv_policy->name() : "dense";
+                    row.type_k = row.type_v = cpu::row_type_name(o.kv_type);
+                    row.use_mmap = o.mmap;
+                    row.huge_frac = huge_frac;
+                    row.n_prompt = t.n_prompt;
+                    row.n_gen = t.n_gen;
+                    row.n_depth = depth;
+                    row.n_parallel = n_par;
+                    row.test_time = utc_now();
+                    row.cpu_info = cpu;
+                    row.bw_gbps = bw_gbps;
+                    std::fprintf(stderr, "sieve bench: %s, %s, %lld threads ...\n", facts.type_desc.c_str(),
+                                 bench_test_name(row).c_str(), static_cast<long long>(n_threads));
+                    int64_t ns = 0;
+                    // Warm-up: caches, page mappings, the pool's spinning workers.
+                    SIEVE_TRY(runner.run_once(n_slots, depth, t.n_prompt, std::min<int64_t>(t.n_gen, 16), &ns));
+                    for (int64_t r = 0; r < o.reps; ++r) {
+                        SIEVE_TRY(runner.run_once(n_slots, depth, t.n_prompt, t.n_gen, &ns));
+                        row.samples_ns.push_back(ns);
                     }
-                    const double mean_kv_pos = rows0 + 0.5 * static_cast<double>(t.n_gen + 1);
-                    const double bytes_per_tok = static_cast<double>(facts.weight_read_bytes) +
-                                                 mean_kv_pos * static_cast<double>(facts.kv_bytes_per_pos);
-                    row.gbps = bytes_per_tok * row.avg_ts / 1e9;
-                    row.bw_frac = bw_gbps > 0 ? row.gbps / bw_gbps : -1;
+                    bench_row_finish(&row);
+                    if (t.n_gen > 0) {
+                        // Token i (0-based) attends to depth + i + 1 positions.
+                        // Rows a lane holds before the first step: the depth, or what the policy kept of it.
+                        double rows0 = static_cast<double>(depth);
+                        if (o.kv_policy) {
+                            const int64_t n_layer = m.config().n_layer;
+                            rows0 = 0;
+                            for (int64_t l = 0; l < n_layer; ++l) rows0 += static_cast<double>(o.kv_policy->kept_rows(depth, l, n_layer));
+                            rows0 /= static_cast<double>(n_layer);
+                        }
+                        // A step reads the weights once and every slot's K/V rows.
+                        const double mean_kv_pos = rows0 + 0.5 * static_cast<double>(t.n_gen + 1);
+                        const double bytes_per_step = static_cast<double>(facts.weight_read_bytes) +
+                                                      static_cast<double>(n_par) * mean_kv_pos *
+                                                          static_cast<double>(facts.kv_bytes_per_pos);
+                        row.gbps = bytes_per_step * (row.avg_ts / static_cast<double>(n_par)) / 1e9;
+                        row.bw_frac = bw_gbps > 0 ? row.gbps / bw_gbps : -1;
+                        if (n_par == 1) step_ms_1 = row.step_ms;
+                        if (step_ms_1 > 0 && row.step_ms >= 0) row.step_ratio = row.step_ms / step_ms_1;
+                    }
+                    printer.row(row);
                 }
-                printer.row(row);
             }
         }
     }
@@ -492,7 +558,7 @@ int cmd_bench(int argc, char **argv) {
                      static_cast<unsigned long long>(r->checksum & 0xff));
     }
     const std::string cpu = cpu_model_name();
-    BenchPrinter printer(o.format, stdout);
+    BenchPrinter printer(o.format, stdout, o.n_parallel.back() > 1);
     for (const std::string &path : o.models) {
         Status st = bench_model(path, o, bw, cpu, printer);
         if (!st.ok()) {

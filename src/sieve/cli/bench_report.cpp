@@ -76,7 +76,7 @@ struct Field {
     std::string csv;
 };
 
-std::vector<Field> fields_of(const BenchRow &r) {
+std::vector<Field> fields_of(const BenchRow &r, bool parallel) {
     std::string ns_json = "[", ts_json = "[", ns_csv, ts_csv;
     for (size_t i = 0; i < r.samples_ns.size(); ++i) {
         ns_json += strfmt("%s%lld", i ? ", " : "", static_cast<long long>(r.samples_ns[i]));
@@ -115,6 +115,7 @@ std::vector<Field> fields_of(const BenchRow &r) {
         {"n_prompt", i(r.n_prompt)},
         {"n_gen", i(r.n_gen)},
         {"n_depth", i(r.n_depth)},
+        {"n_parallel", i(r.n_parallel)},
         {"test_time", s(r.test_time)},
         {"avg_ns", i(static_cast<int64_t>(std::llround(r.avg_ns)))},
         {"stddev_ns", i(static_cast<int64_t>(std::llround(r.stddev_ns)))},
@@ -124,9 +125,15 @@ std::vector<Field> fields_of(const BenchRow &r) {
         {"gbps", opt(r.gbps)},
         {"bw_frac", opt(r.bw_frac)},
         {"bw_gbps", d(r.bw_gbps)},
+    };
+    if (parallel) {
+        kv.push_back({"step_ms", opt(r.step_ms)});
+        kv.push_back({"step_ratio", opt(r.step_ratio)});
+    }
+    kv.insert(kv.end(), {
         {"samples_ns", Field{nullptr, ns_json, csv_string(ns_csv)}},
         {"samples_ts", Field{nullptr, ts_json, csv_string(ts_csv)}},
-    };
+    });
     std::vector<Field> out;
     for (auto &[name, f] : kv) out.push_back(Field{name, f.json, f.csv});
     return out;
@@ -135,7 +142,7 @@ std::vector<Field> fields_of(const BenchRow &r) {
 }  // namespace
 
 void bench_row_finish(BenchRow *row) {
-    const int64_t n_tokens = row->n_prompt + row->n_gen;
+    const int64_t n_tokens = row->n_parallel * (row->n_prompt + row->n_gen);
     std::vector<double> ns;
     row->samples_ts.clear();
     for (int64_t t : row->samples_ns) {
@@ -147,20 +154,42 @@ void bench_row_finish(BenchRow *row) {
     row->avg_ts = mean_of(row->samples_ts);
     row->stddev_ts = stddev_of(row->samples_ts);
     row->median_ts = median_of(row->samples_ts);
+    if (row->n_prompt == 0 && row->n_gen > 0) {
+        std::vector<double> step;
+        for (double t : ns) step.push_back(t / 1e6 / static_cast<double>(row->n_gen));
+        row->step_ms = step.empty() ? -1.0 : median_of(step);
+    }
 }
 
 std::string bench_test_name(const BenchRow &r) {
     std::string name = r.n_prompt > 0 ? strfmt("pp%lld", static_cast<long long>(r.n_prompt))
                                       : strfmt("tg%lld", static_cast<long long>(r.n_gen));
     if (r.n_depth > 0) name += strfmt(" @ d%lld", static_cast<long long>(r.n_depth));
+    if (r.n_parallel > 1) name += strfmt(" x%lld", static_cast<long long>(r.n_parallel));
     if (r.kv_policy != "dense") name += " " + r.kv_policy;
     return name;
 }
 
 void BenchPrinter::row(const BenchRow &r) {
-    const std::vector<Field> fields = fields_of(r);
+    const std::vector<Field> fields = fields_of(r, parallel_);
     switch (format_) {
         case BenchFormat::md:
+            if (parallel_) {
+                if (n_rows_ == 0) {
+                    std::fprintf(out_, "| model | size | params | backend | threads | n_parallel | test | t/s | step ms | "
+                                       "x1 step | GB/s | %% bw |\n");
+                    std::fprintf(out_, "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+                }
+                std::fprintf(out_, "| %s | %s | %s | CPU | %d | %lld | %s | %.2f ± %.2f | %s | %s | %s | %s |\n",
+                             r.model_type.c_str(), size_text(r.model_size).c_str(),
+                             params_text(r.model_n_params).c_str(), r.n_threads, static_cast<long long>(r.n_parallel),
+                             bench_test_name(r).c_str(), r.avg_ts, r.stddev_ts,
+                             r.step_ms < 0 ? "" : strfmt("%.3f", r.step_ms).c_str(),
+                             r.step_ratio < 0 ? "" : strfmt("%.2f", r.step_ratio).c_str(),
+                             r.gbps < 0 ? "" : strfmt("%.2f", r.gbps).c_str(),
+                             r.bw_frac < 0 ? "" : strfmt("%.1f", 100.0 * r.bw_frac).c_str());
+                break;
+            }
             if (n_rows_ == 0) {
                 std::fprintf(out_, "| model | size | params | backend | threads | test | t/s | GB/s | %% bw |\n");
                 std::fprintf(out_, "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
