@@ -224,13 +224,15 @@ void bm_attention_qwen(benchmark::State &state) {
 // `rest`. `multi` = false is one attention_decode per sequence (a dispatch
 // each, as Model::attention did), true one attention_decode_multi over all.
 struct DecodeBatch {
-    static constexpr int64_t n_head = 9, n_head_kv = 3, d = 64;
+    static constexpr int64_t d = 64;
+    int64_t n_head, n_head_kv;
     std::vector<std::vector<uint16_t>> k, v;  // [seq * n_head_kv + g]
     std::vector<const void *> kp, vp;
     std::vector<float> q, o;
     std::vector<cpu::AttnArgs> args;
     int64_t rows = 0;  // in all lanes of one layer's K
-    DecodeBatch(int64_t n_seq, int64_t first, int64_t rest) {
+    DecodeBatch(int64_t n_seq, int64_t first, int64_t rest, int64_t heads = 9, int64_t kv_heads = 3)
+        : n_head(heads), n_head_kv(kv_heads) {
         std::mt19937 rng(4);
         const auto f16 = [](const std::vector<float> &x) {
             std::vector<uint16_t> h(x.size());
@@ -269,8 +271,9 @@ struct DecodeBatch {
     }
 };
 
-void bm_attention_decode_batch(benchmark::State &state, bool multi) {
-    DecodeBatch data(state.range(0), state.range(1), state.range(2));
+// SmolLM2's heads (9 query, 3 KV) or Qwen2.5-0.5B's (14 query, 2 KV).
+void bm_attention_decode_batch(benchmark::State &state, bool multi, bool qwen) {
+    DecodeBatch data(state.range(0), state.range(1), state.range(2), qwen ? 14 : 9, qwen ? 2 : 3);
     ThreadPool pool(bench_threads());
     const int64_t n_seq = static_cast<int64_t>(data.args.size());
     for (auto _ : state) {
@@ -339,9 +342,11 @@ BENCHMARK(bm_attention_qwen)
     ->Args({512, 4096})->Args({512, 16384})->Args({1, 4096})->Args({1, 16384})->Unit(benchmark::kMicrosecond);
 
 // Args: sequences, rows of the first, rows of each other one.
-BENCHMARK_CAPTURE(bm_attention_decode_batch, loop, false)
+BENCHMARK_CAPTURE(bm_attention_decode_batch, loop, false, false)
     ->Args({16, 512, 512})->Args({16, 4096, 64})->Args({8, 128, 128})->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(bm_attention_decode_batch, multi, true)
+BENCHMARK_CAPTURE(bm_attention_decode_batch, multi, true, false)
     ->Args({16, 512, 512})->Args({16, 4096, 64})->Args({8, 128, 128})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_attention_decode_batch, multi_qwen, true, true)
+    ->Args({1, 544, 544})->Args({8, 544, 544})->Args({16, 544, 544})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

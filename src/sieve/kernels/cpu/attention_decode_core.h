@@ -150,6 +150,17 @@ inline void pv_heads(const float *s, int64_t group, const typename R::T *v_rows,
     constexpr int GT = D16 >= 16 ? 1 : 16 / D16;
     int64_t g = 0;
     for (; g + GT <= group; g += GT) pv_tile<R, D16, GT>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
+    // The rest of the group in one tile too (a group of 3 or 7 would
+    // otherwise widen every V row once per remaining head).
+    const float *sr = s + g * k_blk;
+    float *pr = part0 + g * hstride;
+    switch (group - g) {
+        case 0: return;
+        case 1: return pv_tile<R, D16, 1>(sr, v_rows, nb, pr, hstride);
+        case 2: if constexpr (GT > 2) return pv_tile<R, D16, 2>(sr, v_rows, nb, pr, hstride); break;
+        case 3: if constexpr (GT > 3) return pv_tile<R, D16, 3>(sr, v_rows, nb, pr, hstride); break;
+        default: break;
+    }
     for (; g < group; ++g) pv_tile<R, D16, 1>(s + g * k_blk, v_rows, nb, part0 + g * hstride, hstride);
 }
 
