@@ -225,6 +225,100 @@ TEST(ModelPlacement, CopiedAndMappedWeightsGiveTheSameLogits) {
     }
 }
 
+// For every weight type a real file uses, a token's logits are the same bits
+// alone, in a decode step with 1..16 other sequences, and as the first token
+// of a 20-token prefill chunk (the integer types' decode and prefill tile
+// kernels compute the same sums; at position 0 attention returns its one V
+// row exactly in both kernels, so the chunk compares the matmuls).
+TEST(ModelBatchInvariance, EveryWeightTypeGivesATokenTheSameBitsInAnyStep) {
+    const GgmlType types[] = {GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                              GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+    constexpr int64_t V = 37;  // output rows: not a multiple of the 16-row tile
+    for (GgmlType type : types) {
+        gguf_test::TinyModel tm;
+        tm.n_embd = 256;  // K-quants need multiples of 256 columns
+        tm.n_head = 4;
+        tm.n_head_kv = 2;
+        tm.n_ff = 512;
+        tm.n_vocab = V;
+        tm.weight_type = type;
+        std::string path = ::testing::TempDir();
+        path.append("/sieve_batch_inv_").append(type_name(type)).append(".gguf");
+        ASSERT_TRUE(gguf_test::make_tiny_model(tm, 47).write(path).ok()) << type_name(type);
+        auto file = GgufFile::open(path);
+        ASSERT_TRUE(file.ok()) << file.status().message();
+        auto m = Model::load(**file);
+        ASSERT_TRUE(m.ok()) << type_name(type) << ": " << m.status().message();
+        const Model &model = **m;
+        ThreadPool pool(2);
+        constexpr int k_seq = 16;
+        std::mt19937 rng(9);
+        std::vector<std::vector<int32_t>> prompts(k_seq);
+        std::vector<int32_t> next(k_seq);
+        for (int s = 0; s < k_seq; ++s) {
+            prompts[static_cast<size_t>(s)].resize(static_cast<size_t>(1 + (3 * s) % 7));
+            for (int32_t &t : prompts[static_cast<size_t>(s)]) t = static_cast<int32_t>(rng() % V);
+            next[static_cast<size_t>(s)] = static_cast<int32_t>(rng() % V);
+        }
+        auto ws = model.make_workspace(20, k_seq);
+        // Prefills each of the first n sequences alone into its own slot.
+        const auto prefill = [&](KvCache &kv, int n) {
+            for (int s = 0; s < n; ++s) {
+                const auto &p = prompts[static_cast<size_t>(s)];
+                std::vector<int32_t> pos(p.size()), seq(p.size(), s);
+                for (size_t i = 0; i < p.size(); ++i) pos[i] = static_cast<int32_t>(i);
+                ASSERT_TRUE(model.forward(Batch{p.data(), pos.data(), seq.data(), static_cast<int64_t>(p.size()), nullptr},
+                                          kv, *ws, pool)
+                                .ok());
+            }
+        };
+        // One decode step for sequences [0, n): logits [n][V].
+        const auto step = [&](KvCache &kv, int first, int n) {
+            std::vector<int32_t> tok, pos, seq;
+            for (int s = first; s < first + n; ++s) {
+                tok.push_back(next[static_cast<size_t>(s)]);
+                pos.push_back(static_cast<int32_t>(prompts[static_cast<size_t>(s)].size()));
+                seq.push_back(s);
+            }
+            EXPECT_TRUE(model.forward(Batch{tok.data(), pos.data(), seq.data(), n, nullptr}, kv, *ws, pool).ok());
+            return std::vector<float>(ws->logits(), ws->logits() + n * V);
+        };
+        std::vector<float> alone(static_cast<size_t>(k_seq * V));
+        {
+            auto kv = ContiguousKv::create(model.kv_shape(k_seq), 32);
+            ASSERT_TRUE(kv.ok());
+            prefill(**kv, k_seq);
+            for (int s = 0; s < k_seq; ++s) {
+                const auto l = step(**kv, s, 1);
+                std::copy(l.begin(), l.end(), alone.begin() + s * V);
+            }
+        }
+        for (float v : alone) ASSERT_TRUE(std::isfinite(v)) << type_name(type);
+        for (int n : {2, 5, 8, 13, 16}) {
+            auto kv = ContiguousKv::create(model.kv_shape(k_seq), 32);
+            ASSERT_TRUE(kv.ok());
+            prefill(**kv, n);
+            const auto l = step(**kv, 0, n);
+            EXPECT_EQ(0, std::memcmp(l.data(), alone.data(), l.size() * sizeof(float)))
+                << type_name(type) << ": a decode step of " << n << " sequences vs each alone";
+        }
+        // Position 0 alone (a one-token step) vs first in a 20-token prefill chunk.
+        std::vector<int32_t> chunk(20), pos(20), seq(20, 0);
+        for (int i = 0; i < 20; ++i) chunk[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % V), pos[static_cast<size_t>(i)] = i;
+        std::vector<float> first_alone, first_in_chunk;
+        for (int64_t n : {int64_t{1}, int64_t{20}}) {
+            auto kv = ContiguousKv::create(model.kv_shape(1), 32);
+            ASSERT_TRUE(kv.ok());
+            std::vector<int8_t> want(static_cast<size_t>(n), 0);
+            want[0] = 1;
+            ASSERT_TRUE(model.forward(Batch{chunk.data(), pos.data(), seq.data(), n, want.data()}, **kv, *ws, pool).ok());
+            (n == 1 ? first_alone : first_in_chunk).assign(ws->logits(), ws->logits() + V);
+        }
+        EXPECT_EQ(0, std::memcmp(first_alone.data(), first_in_chunk.data(), V * sizeof(float)))
+            << type_name(type) << ": a token alone vs inside a 20-token prefill chunk";
+    }
+}
+
 TEST(ContiguousKv, LanesAreDisjointAndSized) {
     KvShape shape{3, 2, 2, 8};
     auto r = ContiguousKv::create(shape, 5);

@@ -29,10 +29,11 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile &file, const ModelLoad
 }
 
 // The matrices every step streams go to one huge-page arena (PageBuffer):
-// Q4_0 and Q8_0 in the 16-row tile layout (matmul_q8.h) that the integer
-// path reads for decode and prefill alike, the other types as the file's
-// bytes. Reading a multi-GB stream per token from 2 MiB pages instead of the
-// file mapping's 4 KiB ones saves a page walk per 4 KiB (Llama-3.2-1B F16 tg:
+// the integer-path types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) in
+// the 16-row tile layout (matmul_q8.h) that decode and prefill both read,
+// the other types as the file's bytes. Reading a multi-GB stream per token
+// from 2 MiB pages instead of the file mapping's 4 KiB ones saves a page walk
+// per 4 KiB (Llama-3.2-1B F16 tg:
 // ~11.3 -> ~13.5 tok/s, docs/benchmarks.md). The mapped originals are
 // released (they stay in the page cache): repacked ones are read again only
 // by the f32 (exact) path, which maps them back on demand. With map_weights

@@ -16,8 +16,12 @@
 //        - prefill packs each 16-row tile with the rows in the SIMD lanes
 //          (q8::pack_tile) and runs it against up to k_tok_tile_packed
 //          tokens, 8 per pass (q8::tile_dot);
-//        - Q4_0 / Q8_0 matrices the model repacked at load (WeightView::x16)
-//          go straight to the tile kernel for decode and prefill alike.
+//        - matrices the model repacked at load (WeightView::x16: every
+//          integer-path type) skip all of that: decode expands the 16-row
+//          tiles in registers for up to 8 tokens per pass (q8::x16_dot),
+//          prefill expands each tile once for its token tile
+//          (q8::x16_unpack_tile + tile_dot), with the same bits, so a
+//          token's result does not depend on how many tokens share the step.
 //
 // Every output element is computed by one task in a fixed order, so results
 // do not depend on the number of threads.
