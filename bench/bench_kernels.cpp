@@ -348,5 +348,7 @@ BENCHMARK_CAPTURE(bm_attention_decode_batch, multi, true, false)
     ->Args({16, 512, 512})->Args({16, 4096, 64})->Args({8, 128, 128})->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(bm_attention_decode_batch, multi_qwen, true, true)
     ->Args({1, 544, 544})->Args({8, 544, 544})->Args({16, 544, 544})->Unit(benchmark::kMicrosecond);
+// Larger than the last-level cache: the K/V rows come from DRAM.
+BENCHMARK_CAPTURE(bm_attention_decode_batch, multi_dram, true, false)->Args({16, 4096, 4096})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
