@@ -242,6 +242,7 @@ std::unique_ptr<Workspace> Model::make_workspace(int64_t max_tokens, int64_t max
     ws->logits_.resize(sz(max_outputs, c.n_vocab));
     ws->out_ids_.resize(static_cast<size_t>(max_outputs));
     ws->lse_.resize(sz(max_tokens, c.n_head));
+    ws->rope_cs_.resize(sz(max_tokens, c.head_dim));
     // Per run of one sequence; a step has at most max_tokens runs.
     ws->k_ptrs_.resize(sz(max_tokens, c.n_head_kv));
     ws->v_ptrs_.resize(sz(max_tokens, c.n_head_kv));
@@ -495,6 +496,11 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
     for (int64_t t = 0; t < T; ++t) cpu::get_row(tok_embd_, b.tokens[t], x + t * E);
     dump("inp_embd", -1, x, T, E);
 
+    // The rotation angles' cos and sin, once for all layers.
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+        cpu::rope_table(b.pos + t0, t1 - t0, c.head_dim, inv_freq_.data(), ws.rope_cs_.data() + t0 * c.head_dim);
+    });
+
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const LayerWeights &l = layers_[static_cast<size_t>(il)];
         const int li = static_cast<int>(il);
@@ -516,8 +522,9 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
                 add_bias(kt, l.bk, t1 - t0, c.kv_dim());
                 add_bias(v + t0 * c.kv_dim(), l.bv, t1 - t0, c.kv_dim());
             }
-            cpu::rope(qt, b.pos + t0, t1 - t0, c.n_head, c.head_dim, inv_freq_.data(), neox);
-            cpu::rope(kt, b.pos + t0, t1 - t0, c.n_head_kv, c.head_dim, inv_freq_.data(), neox);
+            const float *cs = ws.rope_cs_.data() + t0 * c.head_dim;
+            cpu::rope_apply(qt, cs, t1 - t0, c.n_head, c.head_dim, neox);
+            cpu::rope_apply(kt, cs, t1 - t0, c.n_head_kv, c.head_dim, neox);
         });
         dump("q", li, q, T, c.q_dim());
         dump("k", li, k, T, c.kv_dim());

@@ -108,6 +108,7 @@ private:
     AlignedBuffer<float> x_, h_, q_, k_, v_, att_, gate_, up_;  // [max_tokens, ...]
     AlignedBuffer<float> out_x_, logits_;                      // [max_outputs, ...]
     AlignedBuffer<float> lse_;                                  // [max_tokens, n_head]: run at begin, [n_head, n]
+    AlignedBuffer<float> rope_cs_;                              // [max_tokens, head_dim]: cos | sin per token
     std::vector<int64_t> out_ids_;
     std::vector<const void *> k_ptrs_, v_ptrs_;                 // [max_tokens runs][n_head_kv]
     std::vector<int64_t> n_past_;                               // [max_tokens runs][n_head_kv] lane rows before a chunk

@@ -3,6 +3,7 @@
 // the compiler vectorizes, except SwiGLU's exp (explicit vectors); accuracy
 // choices are noted. The forward pass runs them on token ranges in parallel.
 #include <cmath>
+#include <vector>
 
 #include "sieve/core/status.h"
 #include "sieve/kernels/cpu/ops.h"
@@ -24,26 +25,48 @@ void rmsnorm(const float *x, const float *weight, float *y, int64_t n_tokens, in
     }
 }
 
-void rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const float *inv_freq,
-          bool neox) {
+void rope_table(const int32_t *pos, int64_t n_tokens, int64_t head_dim, const float *inv_freq, float *cs) {
     SIEVE_CHECKF(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim = %lld must be even",
                  static_cast<long long>(head_dim));
     const int64_t half = head_dim / 2;
     // The angle pos * freq is formed in double: at positions in the tens of
     // thousands an f32 product would already be off by a noticeable fraction
     // of a radian in the fastest-turning pairs.
-    for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t t = 0; t < n_tokens; ++t)
         for (int64_t i = 0; i < half; ++i) {
             const double theta = static_cast<double>(pos[t]) * static_cast<double>(inv_freq[i]);
-            const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
-            for (int64_t h = 0; h < n_heads; ++h) {
-                float *xh = x + (t * n_heads + h) * head_dim;
+            cs[t * head_dim + i] = static_cast<float>(std::cos(theta));
+            cs[t * head_dim + half + i] = static_cast<float>(std::sin(theta));
+        }
+}
+
+void rope_apply(float *x, const float *cs, int64_t n_tokens, int64_t n_heads, int64_t head_dim, bool neox) {
+    SIEVE_CHECKF(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim = %lld must be even",
+                 static_cast<long long>(head_dim));
+    const int64_t half = head_dim / 2;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float *cos_t = cs + t * head_dim, *sin_t = cos_t + half;
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float *xh = x + (t * n_heads + h) * head_dim;
+            for (int64_t i = 0; i < half; ++i) {
+                const float c = cos_t[i], s = sin_t[i];
                 const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
                 const float a = xh[i0], b = xh[i1];
                 xh[i0] = a * c - b * s;
                 xh[i1] = a * s + b * c;
             }
         }
+    }
+}
+
+void rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const float *inv_freq,
+          bool neox) {
+    SIEVE_CHECKF(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim = %lld must be even",
+                 static_cast<long long>(head_dim));
+    std::vector<float> cs(static_cast<size_t>(head_dim));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        rope_table(pos + t, 1, head_dim, inv_freq, cs.data());
+        rope_apply(x + t * n_heads * head_dim, cs.data(), 1, n_heads, head_dim, neox);
     }
 }
 

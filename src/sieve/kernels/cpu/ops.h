@@ -64,6 +64,13 @@ void rmsnorm(const float *x, const float *weight, float *y, int64_t n_tokens, in
 // neox = false rotates pairs (2i, 2i+1); neox = true rotates (i, i + head_dim/2).
 void rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
           const float *inv_freq, bool neox);
+// rope in two parts, for a forward pass that rotates Q and K of every layer
+// at the same positions: the angles' cos and sin once per token,
+//   cs[t * head_dim + i] = cos(pos[t] inv_freq[i]), cs[t * head_dim + half + i] = sin(...)
+// (angles formed in double, as rope does), then the rotation with them. The
+// two give rope's bits exactly.
+void rope_table(const int32_t *pos, int64_t n_tokens, int64_t head_dim, const float *inv_freq, float *cs);
+void rope_apply(float *x, const float *cs, int64_t n_tokens, int64_t n_heads, int64_t head_dim, bool neox);
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float *gate, const float *up, int64_t n);
