@@ -1,6 +1,7 @@
 // Integer-dot matmul path for the 32-element block types (Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0), Q4_K / Q5_K (sub-blocks of 32) and Q6_K (sub-blocks of 16).
-// Private to kernels/cpu; matmul.cpp drives it.
+// Private to kernels/cpu; matmul.cpp drives it. Rows, activations and
+// pack_tile / tile_dot are in matmul_q8.cpp, the x16 layout in matmul_x16.cpp.
 //
 // Both operands are brought to one "q8 row" layout so a single dot kernel
 // serves every type:
