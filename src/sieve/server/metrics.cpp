@@ -1,6 +1,11 @@
 #include "sieve/server/metrics.h"
 
+#include <unistd.h>
+
 #include <cinttypes>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "sieve/core/status.h"
 
@@ -65,6 +70,39 @@ namespace {
 void gauge(std::string *out, const char *name, const char *type, const char *help, double v) {
     *out += strfmt("# HELP %s %s\n# TYPE %s %s\n%s %.9g\n", name, help, name, type, name, v);
 }
+
+// The standard process gauges of the Prometheus client libraries, from Linux's
+// /proc (omitted where it cannot be read). Resident memory is statm's second
+// field, so it counts the KV pages mapped for live sequences too: compare it
+// at idle (eval/soak.py does) to see growth.
+void process_gauges(std::string *out) {
+    long long size_pages = 0, resident_pages = 0;
+    if (std::ifstream statm("/proc/self/statm"); statm >> size_pages >> resident_pages)
+        *out += strfmt("# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                       "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n",
+                       resident_pages * static_cast<long long>(sysconf(_SC_PAGESIZE)));
+    // Start time: /proc/self/stat's field 22 (clock ticks after boot; the
+    // fields are counted after the ')' that ends the command name) + btime.
+    std::ifstream stat("/proc/self/stat");
+    std::string line;
+    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) return;
+    std::istringstream fields(line.substr(line.rfind(')') + 1));
+    std::string field;  // ends as field 22 when all 20 fields from field 3 on are there
+    int n_read = 0;
+    for (std::string f; n_read < 20 && fields >> f; ++n_read) field = f;
+    std::ifstream proc_stat("/proc/stat");
+    long long btime = -1;
+    for (std::string key; proc_stat >> key;)
+        if (key == "btime" && (proc_stat >> btime)) break;
+    const long ticks = sysconf(_SC_CLK_TCK);
+    char *end = nullptr;
+    const double start_ticks = std::strtod(field.c_str(), &end);
+    if (n_read != 20 || btime < 0 || ticks <= 0 || *end != '\0') return;
+    // %.2f, not gauge()'s %.9g: ten digits of seconds come before the point.
+    *out += strfmt("# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+                   "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+                   static_cast<double>(btime) + start_ticks / static_cast<double>(ticks));
+}
 }  // namespace
 
 std::string ServerMetrics::render(const EngineStats *s) const {
@@ -118,6 +156,8 @@ std::string ServerMetrics::render(const EngineStats *s) const {
            "# TYPE sieve:kv_map_seconds_total counter\n";
     out += strfmt("sieve:kv_map_seconds_total{where=\"step\"} %.6f\n", 1e-6 * static_cast<double>(st.kv_map_us_in_step));
     out += strfmt("sieve:kv_map_seconds_total{where=\"ahead\"} %.6f\n", 1e-6 * static_cast<double>(st.kv_map_us_ahead));
+
+    process_gauges(&out);
 
     std::lock_guard<std::mutex> lock(mu_);
     out += "# HELP sieve:request_success_total Finished requests by finish reason.\n"
