@@ -1,7 +1,11 @@
 // Randomized stress test of the lane store against a shadow model: 100,000+
 // grow / shrink / compact / share / write / clear / release / trim / cap /
 // swap operations over several slots, layers and heads, with a pool small
-// enough to run dry.
+// enough to run dry. A second run adds the prefix cache: slots publish their
+// blocks and new slots map cached prefixes, with cache pages evicted under
+// pressure. There every row's values are a function of the token prefix that
+// leads to it (as a model's KV is), so a cached block mapped into another
+// slot must show exactly the values that slot would have computed.
 // After every operation the accounting is recounted from scratch and the
 // touched slots' rows are compared with the shadow copy; every 64 operations
 // (and after every write to a possibly shared page) all slots are compared,
@@ -18,14 +22,20 @@ namespace sieve {
 namespace {
 
 constexpr int k_seq = 4;
-constexpr int64_t k_layer = 2, k_head = 2, k_dim = 6;  // 24-byte rows straddle 4 KiB pages
+constexpr int64_t k_layer = 2, k_head = 2;
 constexpr int64_t k_ctx = 400;
 constexpr int k_ops = 100000;
+constexpr int k_docs = 3;  // token sequences slots follow, so prefixes repeat
 
 struct Shadow {
-    // [seq][layer][head][K|V] -> rows * k_dim floats
+    // [seq][layer][head][K|V] -> rows * dim floats
     std::vector<std::vector<float>> lanes = std::vector<std::vector<float>>(k_seq * k_layer * k_head * 2);
     std::vector<int64_t> n_tokens = std::vector<int64_t>(k_seq, 0);
+    // Prefix mode: each slot's tokens, the hash of the prefix ending at each
+    // row, and the document it still follows (-1: diverged).
+    std::vector<std::vector<int32_t>> tokens = std::vector<std::vector<int32_t>>(k_seq);
+    std::vector<std::vector<uint64_t>> row_hash = std::vector<std::vector<uint64_t>>(k_seq);
+    std::vector<int> doc = std::vector<int>(k_seq, -1);
     std::vector<float> &lane(int s, int64_t il, int64_t h, int kv) {
         return lanes[static_cast<size_t>(((s * k_layer + il) * k_head + h) * 2 + kv)];
     }
@@ -33,21 +43,58 @@ struct Shadow {
 
 class Stress {
 public:
-    explicit Stress(uint32_t seed) : rng_(seed) {
+    // dim 6: 24-byte rows straddle 4 KiB pages. prefix_block > 0 (needs rows
+    // that divide the page) turns the prefix cache on.
+    Stress(uint32_t seed, int64_t dim, int64_t prefix_block) : rng_(seed), dim_(dim), prefix_(prefix_block > 0) {
         VAttentionKvOptions o;
-        o.shape = KvShape{k_seq, k_layer, k_head, k_dim};
+        o.shape = KvShape{k_seq, k_layer, k_head, dim};
         o.max_ctx = k_ctx;
         o.pool.page_bytes = 4096;
-        o.pool.budget_bytes = 40 * 4096;  // 32 lanes of up to 3 pages: often short
+        // Without the cache: 32 lanes of up to 3 pages, often short. With it:
+        // room for about 1.75 full slots.
+        const int64_t lane_pages = (k_ctx * dim * 4 + 4095) / 4096;
+        o.pool.budget_bytes = (prefix_ ? k_layer * k_head * 2 * lane_pages * 7 / 4 : 40) * 4096;
         o.headroom_pages = 1;
+        o.prefix_block_rows = prefix_block;
         auto r = VAttentionKv::create(o);
         SIEVE_CHECKF(r.ok(), "%s", r.status().message().c_str());
         kv_ = std::move(r.value());
+        if (prefix_)
+            for (auto &d : docs_)
+                for (int64_t i = 0; i < k_ctx; ++i) d.push_back(static_cast<int32_t>(uniform(0, 999)));
     }
 
     float *lane_ptr(int s, int64_t il, int64_t h, int kv) { return kv ? kv_->v_lane(s, il, h) : kv_->k_lane(s, il, h); }
     float value() { return std::uniform_real_distribution<float>(-100.0f, 100.0f)(rng_) + 0.5f; }
     int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+
+    // Prefix mode: the value of column c of the row that ends prefix hash h,
+    // in lane (il, head, kv): a function of the tokens up to it, never 0.
+    static float row_value(uint64_t h, int64_t il, int64_t head, int kv, int64_t c) {
+        uint64_t x = h + static_cast<uint64_t>(((il * k_head + head) * 2 + kv) * 64 + c) * 0x9e3779b97f4a7c15ull;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+        x ^= x >> 31;
+        return static_cast<float>(static_cast<double>(x >> 40) / static_cast<double>(1ull << 24) * 200.0 - 100.0) + 0.5f;
+    }
+    // Appends one token to slot s's shadow token list (following its
+    // document most of the time) and returns the new row's prefix hash.
+    uint64_t push_token(int s) {
+        std::vector<int32_t> &t = sh_.tokens[static_cast<size_t>(s)];
+        int &d = sh_.doc[static_cast<size_t>(s)];
+        if (d >= 0 && uniform(0, 99) < 3) d = -1;
+        const int32_t tok = d >= 0 ? docs_[static_cast<size_t>(d)][t.size()] : static_cast<int32_t>(uniform(0, 999));
+        std::vector<uint64_t> &rh = sh_.row_hash[static_cast<size_t>(s)];
+        rh.push_back(PrefixCache::chain_hash(rh.empty() ? PrefixCache::k_seed : rh.back(), &tok, 1));
+        t.push_back(tok);
+        return rh.back();
+    }
+    bool dense(int s) const {
+        for (int64_t il = 0; il < k_layer; ++il)
+            for (int64_t h = 0; h < k_head; ++h)
+                if (kv_->n_rows(s, il, h) != sh_.n_tokens[static_cast<size_t>(s)]) return false;
+        return true;
+    }
 
     // Appends rows to every lane of slot s through the KvCache contract.
     void grow(int s, int64_t add) {
@@ -60,15 +107,19 @@ public:
                          "%s", st.message().c_str());
             return;
         }
+        std::vector<uint64_t> hs;
+        if (prefix_)
+            for (int64_t i = n0; i < n1; ++i) hs.push_back(push_token(s));
         for (int64_t il = 0; il < k_layer; ++il)
             for (int64_t h = 0; h < k_head; ++h)
                 for (int kv = 0; kv < 2; ++kv) {
                     std::vector<float> &ref = sh_.lane(s, il, h, kv);
-                    const int64_t rows = static_cast<int64_t>(ref.size()) / k_dim;
+                    const int64_t rows = static_cast<int64_t>(ref.size()) / dim_;
                     if (rows + (n1 - n0) > k_ctx) continue;  // compacted lanes past the end are not written
                     float *p = lane_ptr(s, il, h, kv);
-                    for (int64_t i = rows * k_dim; i < (rows + n1 - n0) * k_dim; ++i) {
-                        p[i] = value();
+                    for (int64_t i = rows * dim_; i < (rows + n1 - n0) * dim_; ++i) {
+                        p[i] = prefix_ ? row_value(hs[static_cast<size_t>(i / dim_ - rows)], il, h, kv, i % dim_)
+                                       : value();
                         ref.push_back(p[i]);
                     }
                 }
@@ -81,12 +132,14 @@ public:
         const int64_t delta = sh_.n_tokens[static_cast<size_t>(s)] - n1;
         kv_->set_n_pos(s, n1);
         sh_.n_tokens[static_cast<size_t>(s)] = n1;
+        sh_.tokens[static_cast<size_t>(s)].resize(std::min(sh_.tokens[static_cast<size_t>(s)].size(), static_cast<size_t>(n1)));
+        sh_.row_hash[static_cast<size_t>(s)].resize(sh_.tokens[static_cast<size_t>(s)].size());
         for (int64_t il = 0; il < k_layer; ++il)
             for (int64_t h = 0; h < k_head; ++h)
                 for (int kv = 0; kv < 2; ++kv) {
                     std::vector<float> &ref = sh_.lane(s, il, h, kv);
-                    const int64_t rows = std::max<int64_t>(0, static_cast<int64_t>(ref.size()) / k_dim - delta);
-                    ref.resize(static_cast<size_t>(rows * k_dim));
+                    const int64_t rows = std::max<int64_t>(0, static_cast<int64_t>(ref.size()) / dim_ - delta);
+                    ref.resize(static_cast<size_t>(rows * dim_));
                 }
     }
 
@@ -105,12 +158,16 @@ public:
         for (int kv = 0; kv < 2; ++kv) {
             std::vector<float> &ref = sh_.lane(s, il, h, kv);
             std::vector<float> out;
-            for (int32_t r : keep) out.insert(out.end(), ref.begin() + r * k_dim, ref.begin() + (r + 1) * k_dim);
+            for (int32_t r : keep) out.insert(out.end(), ref.begin() + r * dim_, ref.begin() + (r + 1) * dim_);
             ref = std::move(out);
         }
     }
 
     void share(int dst, int src) {
+        // Prefix mode: a compacted source would give dst rows that are not
+        // the function of dst's tokens the cache relies on (the engine never
+        // shares such lanes).
+        if (prefix_ && !dense(src)) return;
         int64_t min_rows = k_ctx;
         for (int64_t il = 0; il < k_layer; ++il)
             for (int64_t h = 0; h < k_head; ++h) min_rows = std::min(min_rows, kv_->n_rows(src, il, h));
@@ -124,9 +181,91 @@ public:
             for (int64_t h = 0; h < k_head; ++h)
                 for (int kv = 0; kv < 2; ++kv) {
                     const std::vector<float> &from = sh_.lane(src, il, h, kv);
-                    sh_.lane(dst, il, h, kv).assign(from.begin(), from.begin() + n * k_dim);
+                    sh_.lane(dst, il, h, kv).assign(from.begin(), from.begin() + n * dim_);
                 }
         sh_.n_tokens[static_cast<size_t>(dst)] = n;
+        copy_tokens(dst, src, n);
+    }
+
+    void copy_tokens(int dst, int src, int64_t n) {
+        const size_t d = static_cast<size_t>(dst), s = static_cast<size_t>(src), m = static_cast<size_t>(n);
+        sh_.tokens[d].assign(sh_.tokens[s].begin(), sh_.tokens[s].begin() + std::min(m, sh_.tokens[s].size()));
+        sh_.row_hash[d].assign(sh_.row_hash[s].begin(), sh_.row_hash[s].begin() + static_cast<long>(sh_.tokens[d].size()));
+        sh_.doc[d] = sh_.doc[s];
+    }
+
+    // Prefix mode: the token at a random row changes, so every row from it on
+    // is rewritten in every lane (a real divergence, through copy on write:
+    // the cache keeps the old values under the old tokens).
+    void diverge(int s) {
+        const int64_t n = sh_.n_tokens[static_cast<size_t>(s)];
+        if (n == 0 || !dense(s)) return;
+        const int64_t r = uniform(0, n - 1);
+        if (!kv_->prepare_write(s, r).ok()) {
+            ++n_refused_;
+            return;
+        }
+        std::vector<int32_t> &t = sh_.tokens[static_cast<size_t>(s)];
+        std::vector<uint64_t> &rh = sh_.row_hash[static_cast<size_t>(s)];
+        t[static_cast<size_t>(r)] = static_cast<int32_t>(uniform(1000, 1999));
+        for (int64_t i = r; i < n; ++i)
+            rh[static_cast<size_t>(i)] = PrefixCache::chain_hash(i == 0 ? PrefixCache::k_seed : rh[static_cast<size_t>(i - 1)],
+                                                                  &t[static_cast<size_t>(i)], 1);
+        sh_.doc[static_cast<size_t>(s)] = -1;
+        for (int64_t il = 0; il < k_layer; ++il)
+            for (int64_t h = 0; h < k_head; ++h)
+                for (int kv = 0; kv < 2; ++kv) {
+                    std::vector<float> &ref = sh_.lane(s, il, h, kv);
+                    float *p = lane_ptr(s, il, h, kv);
+                    for (int64_t i = r * dim_; i < n * dim_; ++i)
+                        ref[static_cast<size_t>(i)] = p[i] = row_value(rh[static_cast<size_t>(i / dim_)], il, h, kv, i % dim_);
+                }
+    }
+
+    // Offers slot s to the prefix cache.
+    void publish(int s) {
+        const std::vector<int32_t> &t = sh_.tokens[static_cast<size_t>(s)];
+        kv_->prefix_publish(s, t.data(), static_cast<int64_t>(t.size()), uniform(0, 1) == 0);
+    }
+
+    // Releases slot s and starts it again on a document prefix (or another
+    // slot's tokens) through the prefix cache: the mapped rows must be what
+    // the slot would have computed, and the pages taken what lookup said.
+    void attach(int s) {
+        forget(s, true);
+        std::vector<int32_t> toks;
+        const int other = static_cast<int>(uniform(0, k_seq - 1));
+        if (uniform(0, 2) == 0 && other != s && !sh_.tokens[static_cast<size_t>(other)].empty()) {
+            toks = sh_.tokens[static_cast<size_t>(other)];
+        } else {
+            const std::vector<int32_t> &d = docs_[static_cast<size_t>(uniform(0, k_docs - 1))];
+            toks.assign(d.begin(), d.begin() + uniform(1, k_ctx));
+        }
+        const int64_t n = static_cast<int64_t>(toks.size());
+        const int64_t free0 = kv_->n_free_pages();
+        const PrefixHit hit = kv_->prefix_lookup(toks.data(), n, uniform(0, n));
+        if (hit.rows == 0) return;
+        ASSERT_TRUE(kv_->prefix_attach(s, toks.data(), hit.rows).ok());
+        ++n_attached_;
+        ASSERT_EQ(kv_->n_free_pages(), free0 - hit.pages_taken);
+        // Growing to n maps the rest and copies the page the hit ends inside.
+        if (n > hit.rows) {
+            ASSERT_EQ(kv_->pages_to_reserve(s, n), hit.pages_new);
+        }
+        std::vector<int32_t> &t = sh_.tokens[static_cast<size_t>(s)];
+        std::vector<uint64_t> &rh = sh_.row_hash[static_cast<size_t>(s)];
+        t.assign(toks.begin(), toks.begin() + hit.rows);
+        for (int64_t i = 0; i < hit.rows; ++i)
+            rh.push_back(PrefixCache::chain_hash(i == 0 ? PrefixCache::k_seed : rh.back(), &t[static_cast<size_t>(i)], 1));
+        sh_.doc[static_cast<size_t>(s)] = -1;
+        sh_.n_tokens[static_cast<size_t>(s)] = hit.rows;
+        for (int64_t il = 0; il < k_layer; ++il)
+            for (int64_t h = 0; h < k_head; ++h)
+                for (int kv = 0; kv < 2; ++kv) {
+                    std::vector<float> &ref = sh_.lane(s, il, h, kv);
+                    for (int64_t i = 0; i < hit.rows * dim_; ++i)
+                        ref.push_back(row_value(rh[static_cast<size_t>(i / dim_)], il, h, kv, i % dim_));
+                }
     }
 
     // Rewrites one random row of one lane (it may sit on a shared page).
@@ -135,13 +274,13 @@ public:
         const int kv = static_cast<int>(uniform(0, 1));
         std::vector<float> &ref = sh_.lane(s, il, h, kv);
         if (ref.empty()) return;
-        const int64_t r = uniform(0, static_cast<int64_t>(ref.size()) / k_dim - 1);
+        const int64_t r = uniform(0, static_cast<int64_t>(ref.size()) / dim_ - 1);
         if (!kv_->prepare_write(s, r).ok()) {
             ++n_refused_;
             return;
         }
-        float *p = lane_ptr(s, il, h, kv) + r * k_dim;
-        for (int64_t c = 0; c < k_dim; ++c) ref[static_cast<size_t>(r * k_dim + c)] = p[c] = value();
+        float *p = lane_ptr(s, il, h, kv) + r * dim_;
+        for (int64_t c = 0; c < dim_; ++c) ref[static_cast<size_t>(r * dim_ + c)] = p[c] = value();
     }
 
     // Caps a random lane at a random row count >= its rows, or lifts its cap.
@@ -180,12 +319,16 @@ public:
             for (int64_t h = 0; h < k_head; ++h)
                 for (int kv = 0; kv < 2; ++kv) sh_.lane(dst, il, h, kv) = std::move(sh_.lane(s, il, h, kv));
         sh_.n_tokens[static_cast<size_t>(dst)] = sh_.n_tokens[static_cast<size_t>(s)];
+        copy_tokens(dst, s, sh_.n_tokens[static_cast<size_t>(s)]);
         forget(s, true);
     }
 
     void forget(int s, bool now) {
         now ? kv_->release(s) : kv_->clear(s);
         sh_.n_tokens[static_cast<size_t>(s)] = 0;
+        sh_.tokens[static_cast<size_t>(s)].clear();
+        sh_.row_hash[static_cast<size_t>(s)].clear();
+        if (prefix_) sh_.doc[static_cast<size_t>(s)] = static_cast<int>(uniform(0, k_docs - 1));
         for (int64_t il = 0; il < k_layer; ++il)
             for (int64_t h = 0; h < k_head; ++h)
                 for (int kv = 0; kv < 2; ++kv) sh_.lane(s, il, h, kv).clear();
@@ -195,7 +338,7 @@ public:
         ASSERT_EQ(kv_->n_pos(s), sh_.n_tokens[static_cast<size_t>(s)]);
         for (int64_t il = 0; il < k_layer; ++il)
             for (int64_t h = 0; h < k_head; ++h) {
-                ASSERT_EQ(kv_->n_rows(s, il, h) * k_dim, static_cast<int64_t>(sh_.lane(s, il, h, 0).size()));
+                ASSERT_EQ(kv_->n_rows(s, il, h) * dim_, static_cast<int64_t>(sh_.lane(s, il, h, 0).size()));
                 for (int kv = 0; kv < 2; ++kv) {
                     const std::vector<float> &ref = sh_.lane(s, il, h, kv);
                     if (ref.empty()) continue;
@@ -207,13 +350,30 @@ public:
     }
 
     void run() {
-        int64_t counts[11] = {};
+        int64_t counts[13] = {};
         for (op_ = 0; op_ < k_ops; ++op_) {
             const int s = static_cast<int>(uniform(0, k_seq - 1));
-            const int kind = static_cast<int>(uniform(0, 99));
+            int kind = static_cast<int>(uniform(0, 99));
             int touched = s, also = -1;
             bool full = op_ % 64 == 0;
-            if (kind < 30) {
+            // Prefix mode: writes are divergences (rows follow tokens), and a
+            // fifth of the operations publish or attach.
+            if (prefix_ && kind >= 48 && kind < 54) kind = 62;  // fewer compactions: more dense slots
+            if (prefix_ && kind >= 62 && kind < 78) {
+                const int sub = static_cast<int>(uniform(0, 15));
+                if (sub < 4) {
+                    diverge(s), full = true, ++counts[4];
+                } else if (sub < 10) {
+                    publish(s), ++counts[11];
+                } else {
+                    ASSERT_NO_FATAL_FAILURE(attach(s));
+                    full = true;
+                    ++counts[12];
+                }
+                kind = -1;
+            }
+            if (kind < 0) {
+            } else if (kind < 30) {
                 grow(s, uniform(1, 40)), ++counts[0];
             } else if (kind < 42) {
                 shrink(s, uniform(1, 60)), ++counts[1];
@@ -252,28 +412,56 @@ public:
                 }
             }
         }
-        for (int64_t c : counts) EXPECT_GT(c, 1000);
+        for (int i = 0; i < 13; ++i) {
+            if (i < 11 || prefix_) {
+                EXPECT_GT(counts[i], prefix_ ? 500 : 1000) << "operation kind " << i;
+            }
+        }
         EXPECT_GT(n_refused_, 0) << "the pool never ran short: the test does not reach exhaustion";
         EXPECT_GT(kv_->stats().n_cow_pages, 0);
         EXPECT_GT(kv_->stats().n_reclaimed_pages, 0);
         EXPECT_GT(n_swapped_, 1000);
         for (int t = 0; t < k_seq; ++t) kv_->release(t);
+        EXPECT_TRUE(kv_->check_accounting().ok());
+        if (prefix_) {
+            const PrefixCacheStats ps = kv_->prefix_stats();
+            EXPECT_GT(n_attached_, 500) << "prefix hits mapped";
+            EXPECT_GT(ps.n_blocks_evicted, 0) << "the cache was never evicted under pressure";
+            // Idle: every page is free or only cached, and counted free.
+            EXPECT_EQ(kv_->n_free_pages(), kv_->pool().n_pages());
+            EXPECT_EQ(ps.n_pages_only, ps.n_pages_held);
+            kv_->prefix_clear();
+        }
         EXPECT_EQ(kv_->pool().n_free(), kv_->pool().n_pages());
         EXPECT_TRUE(kv_->check_accounting().ok());
     }
 
 private:
     std::mt19937 rng_;
+    int64_t dim_;
+    bool prefix_;
+    std::vector<std::vector<int32_t>> docs_ = std::vector<std::vector<int32_t>>(k_docs);
     std::unique_ptr<VAttentionKv> kv_;
     Shadow sh_;
+    int64_t n_attached_ = 0;
     int64_t n_refused_ = 0;
     int64_t n_swapped_ = 0;
     int op_ = 0;
 };
 
 TEST(KvStress, RandomOperationsAgainstShadow) {
-    Stress st(20240611u);
+    Stress st(20240611u, 6, 0);
     ASSERT_NO_FATAL_FAILURE(st.run());
+}
+
+// 8-float rows, 128 a page: blocks of 16 rows share pages. 32-float rows,
+// 32 a page: blocks of 64 rows span two pages of a lane.
+TEST(KvStress, PrefixCacheAgainstShadow) {
+    for (const auto &[dim, block] : {std::pair<int64_t, int64_t>{8, 16}, {32, 64}}) {
+        SCOPED_TRACE("dim " + std::to_string(dim) + ", prefix block " + std::to_string(block));
+        Stress st(20261202u + static_cast<uint32_t>(block), dim, block);
+        ASSERT_NO_FATAL_FAILURE(st.run());
+    }
 }
 
 }  // namespace

@@ -134,6 +134,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     ko.pool.page_bytes = o.kv_page_bytes;
     // No map-ahead headroom: the scheduler counts pages exactly (scheduler.h).
     ko.headroom_pages = 0;
+    if (o.prefix_cache) {
+        const std::string why = VAttentionKv::prefix_block_check(shape, o.kv_page_bytes, o.prefix_block);
+        if (why.empty()) {
+            ko.prefix_block_rows = o.prefix_block;
+        } else {
+            SIEVE_LOG_WARN("engine: prefix caching is off for this model and page size: %s", why.c_str());
+            o.prefix_cache = false;
+        }
+    }
     auto kv = VAttentionKv::create(ko);
     if (!kv.ok()) return kv.status().with_context("engine: creating the KV store");
     im.kv = std::move(kv.value());
@@ -376,10 +385,14 @@ void Engine::Impl::step() {
     for (FailedSeq &f : failed) f.seq->cb(output_final_event(*f.seq, FinishReason::error, f.error));
     if (plan.empty()) return;
 
-    // Point 0 of a policy (sparse/policy.h): a prefill starts from nothing
-    // (fresh, or a recompute after preemption): reset what it scores.
-    for (const ScheduledSeq &p : plan)
-        if (p.seq->n_computed == 0 && p.seq->pstate) p.seq->policy->begin_prefill(p.seq->pstate.get(), p.seq->n_total());
+    // Point 0 of a policy (sparse/policy.h): a prefill starts (fresh, or a
+    // recompute after preemption; its first tokens may have come from the
+    // prefix cache): reset what it scores.
+    for (const ScheduledSeq &p : plan) {
+        if (p.seq->prefill_begun) continue;
+        p.seq->prefill_begun = true;
+        if (p.seq->pstate) p.seq->policy->begin_prefill(p.seq->pstate.get(), p.seq->n_total());
+    }
     // Sequences past their after-prefill point before this step: point 2 after it.
     std::vector<Sequence *> decoding;
     for (const ScheduledSeq &p : plan)
@@ -402,6 +415,10 @@ void Engine::Impl::step() {
     for (const ScheduledSeq &p : plan) {
         Sequence *s = p.seq;
         s->n_computed += p.n_tokens;
+        // Pages the sequence has filled and will not write again go to the
+        // prefix cache now, so a request sharing the prefix can use them
+        // while this one still runs (the store skips compacted lanes).
+        sched->publish(*s, /*whole_pages_only=*/true);
         if (!p.wants_logits) continue;
         if (!apply_policy(*s)) {
             ++row;
@@ -459,6 +476,9 @@ bool Engine::Impl::apply_policy(Sequence &s) {
         return true;
     }
     s.policy_n_prompt = s.n_computed;
+    // The prefix cache keeps the uncompressed prompt (a compacted lane is
+    // never published): offer all of it before the policy compacts.
+    sched->publish(s, /*whole_pages_only=*/false);
     if (!run_policy(s, /*after_prefill=*/true).ok()) return false;  // s is gone
     count_rows(s, &kept, &seen);
     pc.rows_kept += kept;
@@ -514,6 +534,14 @@ void Engine::Impl::publish_stats() {
     s.kv_map_us_ahead = kv_map_us_ahead;
     s.kv_map_calls_in_step = ms.n_map_calls - kv_map_calls_ahead;
     s.kv_map_us_in_step = ms.map_us - kv_map_us_ahead;
+    const PrefixCacheStats ps = kv->prefix_stats();
+    s.prefix_cache = ps.enabled;
+    s.prefix_query_tokens = sched->prefix_query_tokens();
+    s.prefix_hit_tokens = sched->prefix_hit_tokens();
+    s.prefix_blocks = ps.n_blocks;
+    s.prefix_pages_held = ps.n_pages_held;
+    s.prefix_pages_only = ps.n_pages_only;
+    s.prefix_blocks_evicted = ps.n_blocks_evicted;
     std::lock_guard<std::mutex> lk(mu);
     published = s;
 }

@@ -56,6 +56,11 @@ struct EngineOptions {
     KvPolicyPtr kv_policy;                     // null = dense (keep every row)
     int64_t swap_bytes = int64_t{4} << 30;     // host memory for preempted sequences' KV (--swap-space); 0 = recompute only
     int max_waiting = 256;          // queue limit; submit() past it fails (HTTP 429/503)
+    // Automatic prefix caching (kv/prefix_cache.h): prompt blocks of
+    // prefix_block tokens stay cached after their request and later requests
+    // starting with the same tokens map them instead of computing them.
+    bool prefix_cache = true;       // --no-prefix-cache turns it off
+    int64_t prefix_block = 16;      // tokens per cached block
 };
 
 enum class FinishReason { none, stop, length, cancelled, error };
@@ -96,6 +101,7 @@ struct GenEvent {
     FinishReason finish_reason = FinishReason::none;
     std::string error;                   // when finish_reason == error
     int64_t n_prompt_tokens = 0;         // on the finished event
+    int64_t n_cached_tokens = 0;         // on the finished event: prompt tokens the prefix cache supplied
     int64_t n_gen_tokens = 0;            // on the finished event
     // On the finished event of a request that completed its prefill: KV rows
     // its lanes held at the end, and the rows a dense cache would hold
@@ -136,6 +142,15 @@ struct EngineStats {
     int64_t kv_map_calls_ahead = 0;
     int64_t kv_map_us_in_step = 0;
     int64_t kv_map_us_ahead = 0;
+    // Prefix cache: tokens looked up and found (vLLM's prefix_cache_queries /
+    // _hits, counted in tokens), and what it holds now.
+    bool prefix_cache = false;
+    int64_t prefix_query_tokens = 0;
+    int64_t prefix_hit_tokens = 0;
+    int64_t prefix_blocks = 0;           // cached blocks
+    int64_t prefix_pages_held = 0;       // pages the cache references
+    int64_t prefix_pages_only = 0;       // ... of them mapped by no running sequence (reclaimable, counted free)
+    int64_t prefix_blocks_evicted = 0;
 };
 
 class Engine {

@@ -46,6 +46,7 @@ GenEvent output_next_token(Sequence &s, const float *logits, const Tokenizer &to
         ev.finished = true;
         ev.finish_reason = fin;
         ev.n_prompt_tokens = s.n_prompt;
+        ev.n_cached_tokens = s.n_cached;
         ev.n_gen_tokens = s.n_gen();
     }
     return ev;
@@ -58,6 +59,7 @@ GenEvent output_final_event(const Sequence &s, FinishReason reason, std::string 
     ev.finish_reason = reason;
     ev.error = std::move(error);
     ev.n_prompt_tokens = s.n_prompt;
+    ev.n_cached_tokens = s.n_cached;
     ev.n_gen_tokens = s.n_gen();
     return ev;
 }

@@ -32,6 +32,7 @@ void Scheduler::resume(Sequence &s) {
                        static_cast<unsigned long long>(s.id), st.message().c_str());
         s.n_computed = 0;
         s.policy_applied = false;
+        s.prefill_begun = false;
     }
     drop_image(s);
 }
@@ -45,8 +46,10 @@ void Scheduler::admit() {
         // A swapped sequence needs the pages of what its lanes held; a fresh
         // or recomputed one its dense prompt (the peak, held while it is
         // prefilled; a policy compacts it right after, and later answers of
-        // the store count what the lanes really keep).
-        const int64_t need = s.swapped ? kv_.swap_pages(*s.swapped) : kv_.seq_pages_for_rows(s.n_total());
+        // the store count what the lanes really keep), less what the prefix
+        // cache supplies.
+        PrefixHit hit;
+        const int64_t need = s.swapped ? kv_.swap_pages(*s.swapped) : lookup_prefix(s, &hit);
         // One page per lane spare so running decodes can grow a little before
         // the newcomer forces a preemption. Alone, a sequence always fits:
         // submit() rejects prompt + max_tokens beyond the pool.
@@ -55,10 +58,39 @@ void Scheduler::admit() {
         avail -= need;
         s.slot = free_slots_.back();
         free_slots_.pop_back();
-        if (s.swapped) resume(s);
+        if (s.swapped) {
+            resume(s);
+        } else {
+            s.prefill_begun = false;
+            if (kv_.prefix_stats().enabled) prefix_query_tokens_ += s.n_total();
+            if (hit.rows > 0) {
+                Status st = kv_.prefix_attach(s.slot, s.tokens.data(), hit.rows);
+                if (st.ok()) {
+                    s.n_computed = hit.rows;
+                    prefix_hit_tokens_ += hit.rows;
+                    if (!s.prompt_counted) s.n_cached = std::min(hit.rows, s.n_prompt);
+                } else {
+                    SIEVE_LOG_WARN("engine: prefix cache hit of request %llu not mapped (%s); computing it",
+                                   static_cast<unsigned long long>(s.id), st.message().c_str());
+                }
+            }
+        }
         running_.push_back(std::move(waiting_.front()));
         waiting_.pop_front();
     }
+}
+
+int64_t Scheduler::lookup_prefix(Sequence &s, PrefixHit *hit) {
+    // At least the last token runs through the model (its logits are needed);
+    // a policy that scores queries keeps those queries out of the hit.
+    int64_t n_max = s.n_total() - 1;
+    if (s.policy) n_max = std::min(n_max, s.policy->reusable_prefix(s.n_total()));
+    *hit = kv_.prefix_lookup(s.tokens.data(), s.n_total(), n_max);
+    return hit->pages_new + hit->pages_taken;
+}
+
+void Scheduler::publish(const Sequence &s, bool whole_pages_only) {
+    if (s.slot >= 0) kv_.prefix_publish(s.slot, s.tokens.data(), s.n_computed, whole_pages_only);
 }
 
 void Scheduler::preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget) {
@@ -93,6 +125,8 @@ void Scheduler::preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget)
                            static_cast<unsigned long long>(victim->id), st.message().c_str());
         }
     }
+    // Its dense KV stays cached: a recompute then maps most of it back.
+    publish(*victim, /*whole_pages_only=*/false);
     kv_.release(victim->slot);
     free_slots_.push_back(victim->slot);
     victim->slot = -1;
@@ -182,6 +216,7 @@ SequencePtr Scheduler::remove_running(Sequence *s) {
     SIEVE_CHECK(it != running_.end());
     SequencePtr out = std::move(*it);
     running_.erase(it);
+    publish(*out, /*whole_pages_only=*/false);
     kv_.release(out->slot);
     free_slots_.push_back(out->slot);
     out->slot = -1;

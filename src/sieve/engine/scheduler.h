@@ -56,7 +56,9 @@ public:
     // One step's plan:
     //   1. admit waiting sequences (FIFO) while a slot is free and the pool has
     //      the pages of their uncomputed tokens plus one page per lane spare
-    //      beyond what running prefills still need;
+    //      beyond what running prefills still need; a sequence starting from
+    //      nothing first gets the longest cached prefix of its tokens mapped
+    //      (prefix cache) and counts only the pages it still needs;
     //   2. decode tokens of running sequences, then prefill chunks, within the
     //      token budget; each reservation is made in the store right away;
     //   3. when the pool lacks pages for a reservation, preempt the newest
@@ -80,7 +82,11 @@ public:
 
     const std::vector<SequencePtr> &running() const { return running_; }
     const std::deque<SequencePtr> &waiting() const { return waiting_; }
+    // Offers a sequence's dense KV to the prefix cache (KvSpace::prefix_publish).
+    void publish(const Sequence &s, bool whole_pages_only);
     int64_t n_preemptions() const { return n_preemptions_; }
+    int64_t prefix_query_tokens() const { return prefix_query_tokens_; }
+    int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
     int64_t n_swap_out() const { return n_swap_out_; }
     int64_t n_swap_in() const { return n_swap_in_; }
     int64_t swap_used() const { return swap_used_; }
@@ -92,6 +98,9 @@ private:
     // Pages the store must still map for s to reach position n_pos.
     int64_t pages_missing(const Sequence &s, int64_t n_pos) const;
     void admit();
+    // Pages s needs to be admitted, after mapping what the prefix cache holds
+    // of it into a slot (fresh and recomputed sequences).
+    int64_t lookup_prefix(Sequence &s, PrefixHit *hit);
     // Maps a swapped sequence's image into its new slot; on failure falls
     // back to recomputing it.
     void resume(Sequence &s);
@@ -112,6 +121,7 @@ private:
     int64_t n_swap_out_ = 0, n_swap_in_ = 0;
     int64_t swap_used_ = 0;
     int64_t swap_limit_ = 0;
+    int64_t prefix_query_tokens_ = 0, prefix_hit_tokens_ = 0;
 };
 
 }  // namespace sieve

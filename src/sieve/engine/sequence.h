@@ -51,6 +51,8 @@ struct Sequence {
     std::vector<int32_t> tokens;  // prompt + generated
     int64_t n_prompt;
     int64_t n_computed = 0;       // tokens whose KV is in the store
+    int64_t n_cached = 0;         // prompt tokens of the first admission that the prefix cache supplied
+    bool prefill_begun = false;   // the policy's point 0 ran for the current KV (reset on recompute)
     int slot = -1;                // KV slot while running, -1 while waiting
     bool prompt_counted = false;  // prompt tokens added to the stats once
     bool policy_applied = false;  // the KV policy's after-prefill point ran on the current KV

@@ -150,6 +150,10 @@ Result<std::vector<CellSample>> make_cell(const EvalPlan &plan, const std::strin
 EngineOptions cell_engine_options(const EvalPlan &plan, const std::vector<CellSample> &cell,
                                   int64_t max_tokens) {
     EngineOptions eo = plan.engine;
+    // Every policy run computes its prompts itself: a prefix cached by the
+    // dense run would change the measured prefill time and the chunking the
+    // bit-for-bit comparisons rely on.
+    eo.prefix_cache = false;
     int64_t longest = 0;
     for (const CellSample &cs : cell)
         longest = std::max(longest, static_cast<int64_t>(cs.prompt.size() + cs.tail.size()));

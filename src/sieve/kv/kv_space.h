@@ -29,10 +29,28 @@ struct KvSwapImage {
     int64_t n_bytes() const { return static_cast<int64_t>(bytes.size()); }
 };
 
+// What the prefix cache could give a sequence (KvSpace::prefix_lookup).
+struct PrefixHit {
+    int64_t rows = 0;         // leading rows whose KV is cached (whole blocks)
+    int64_t pages_taken = 0;  // cached pages it would map that count as free now (cache-only)
+    int64_t pages_new = 0;    // pool pages a sequence of n_total rows still needs after the hit
+};
+
+struct PrefixCacheStats {
+    bool enabled = false;
+    int64_t block_rows = 0;
+    int64_t n_blocks = 0;         // cached blocks
+    int64_t n_pages_held = 0;     // pages the cache holds a reference on
+    int64_t n_pages_only = 0;     // ... of them mapped by no lane (reclaimable)
+    int64_t n_blocks_evicted = 0;
+};
+
 class KvSpace {
 public:
     virtual ~KvSpace() = default;
 
+    // Pages a reservation may take: free pool pages plus pages only the
+    // prefix cache holds (they are reclaimed on demand, never by preemption).
     virtual int64_t n_free_pages() const = 0;
     virtual int64_t n_total_pages() const = 0;
     // Pages slot seq must still map to grow to position n_pos (0 when its
@@ -50,6 +68,20 @@ public:
     virtual void release(int seq) = 0;
     // Rows a lane can ever hold.
     virtual int64_t max_ctx() const = 0;
+
+    // ---- prefix cache (kv/prefix_cache.h); inert when the store has none ----
+    // The longest cached prefix of tokens[0, n_tokens) no longer than n_max
+    // rows, and what a sequence of n_tokens rows placed with it costs.
+    virtual PrefixHit prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) = 0;
+    // Maps the cached KV of tokens[0, n_rows) (a prefix_lookup() answer) into
+    // the empty slot seq: n_pos(seq) = n_rows. The first write past it copies
+    // the page it lands in (copy on write). On an error the slot is released.
+    virtual Status prefix_attach(int seq, const int32_t *tokens, int64_t n_rows) = 0;
+    // Offers the KV of slot seq for tokens[0, n_rows) to the cache, when every
+    // lane of the slot is dense (never compacted): whole blocks only, and with
+    // whole_pages_only only blocks in pages the slot will not write again.
+    virtual void prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only) = 0;
+    virtual PrefixCacheStats prefix_stats() const = 0;
 
     // ---- swap (preemption without recompute) ----
     // Host bytes swap_out(seq) would take.

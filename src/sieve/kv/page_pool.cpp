@@ -127,6 +127,7 @@ Result<std::unique_ptr<PagePool>> PagePool::create(const PagePoolOptions &opt) {
         }
     }
     pool->refcount_.assign(static_cast<size_t>(n_pages), 0);
+    pool->cached_.assign(static_cast<size_t>(n_pages), 0);
     pool->backed_.assign(static_cast<size_t>(n_pages), 0);
     if (pool->huge_) pool->backed_[0] = 1;
     pool->free_.resize(static_cast<size_t>(n_pages));
@@ -169,7 +170,7 @@ Result<int32_t> PagePool::alloc() {
 void PagePool::add_ref(int32_t page) {
     SIEVE_CHECKF(page >= 0 && page < n_pages() && refcount_[static_cast<size_t>(page)] > 0,
                  "add_ref of page %d (refcount %d)", page, page >= 0 && page < n_pages() ? refcount(page) : -1);
-    ++refcount_[static_cast<size_t>(page)];
+    if (++refcount_[static_cast<size_t>(page)] == 2 && cached_[static_cast<size_t>(page)]) --n_cache_only_;
     ++n_refs_;
 }
 
@@ -177,7 +178,27 @@ void PagePool::release(int32_t page) {
     SIEVE_CHECKF(page >= 0 && page < n_pages() && refcount_[static_cast<size_t>(page)] > 0,
                  "release of page %d (refcount %d)", page, page >= 0 && page < n_pages() ? refcount(page) : -1);
     --n_refs_;
-    if (--refcount_[static_cast<size_t>(page)] == 0) free_.push_back(page);
+    const int32_t left = --refcount_[static_cast<size_t>(page)];
+    if (left == 1 && cached_[static_cast<size_t>(page)]) ++n_cache_only_;
+    if (left == 0) free_.push_back(page);
+}
+
+void PagePool::cache_hold(int32_t page) {
+    SIEVE_CHECKF(page >= 0 && page < n_pages() && refcount_[static_cast<size_t>(page)] > 0 &&
+                     !cached_[static_cast<size_t>(page)],
+                 "cache_hold of page %d (refcount %d, cached %d)", page,
+                 page >= 0 && page < n_pages() ? refcount(page) : -1,
+                 page >= 0 && page < n_pages() ? cached_[static_cast<size_t>(page)] : -1);
+    add_ref(page);
+    cached_[static_cast<size_t>(page)] = 1;
+}
+
+void PagePool::cache_drop(int32_t page) {
+    SIEVE_CHECKF(page >= 0 && page < n_pages() && cached_[static_cast<size_t>(page)],
+                 "cache_drop of page %d, which the cache does not hold", page);
+    if (refcount_[static_cast<size_t>(page)] == 1) --n_cache_only_;
+    cached_[static_cast<size_t>(page)] = 0;
+    release(page);
 }
 
 int32_t PagePool::refcount(int32_t page) const {
@@ -198,6 +219,15 @@ Status PagePool::check_accounting() const {
     if (n_zero != n_free())
         return Status::errorf("KV pool: %lld pages with refcount 0, free list holds %lld",
                               static_cast<long long>(n_zero), static_cast<long long>(n_free()));
+    int64_t cache_only = 0;
+    for (size_t p = 0; p < refcount_.size(); ++p) {
+        if (cached_[p] && refcount_[p] < 1)
+            return Status::errorf("KV pool: page %zu is held by the prefix cache with refcount %d", p, refcount_[p]);
+        cache_only += cached_[p] && refcount_[p] == 1;
+    }
+    if (cache_only != n_cache_only_)
+        return Status::errorf("KV pool: %lld pages held by the prefix cache alone, running total %lld",
+                              static_cast<long long>(cache_only), static_cast<long long>(n_cache_only_));
     std::vector<uint8_t> seen(refcount_.size(), 0);
     for (int32_t p : free_) {
         if (p < 0 || p >= n_pages() || refcount_[static_cast<size_t>(p)] != 0 || seen[static_cast<size_t>(p)])

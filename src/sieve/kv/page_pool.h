@@ -11,8 +11,11 @@
 // are reused first (last in, first out: their cache lines may still be warm).
 //
 // Refcounts: a page mapped into k lanes has refcount k (prefix sharing maps
-// one page into several lanes). Not thread-safe: the lane store owning the
-// pool serializes calls.
+// one page into several lanes); the prefix cache (prefix_cache.h) holds one
+// more reference on each page it keeps. A page whose only reference is the
+// cache's is "cache-only": no lane reads it, and evicting its cache entries
+// frees it, so the lane store counts it as reclaimable. Not thread-safe: the
+// lane store owning the pool serializes calls.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +66,15 @@ public:
     void release(int32_t page);
     int32_t refcount(int32_t page) const;
 
+    // ---- the prefix cache's reference ----
+    // Takes the cache's reference on a page in use (refcount >= 1, not held yet).
+    void cache_hold(int32_t page);
+    // Drops it; the page returns to the free list when no lane maps it.
+    void cache_drop(int32_t page);
+    bool cached(int32_t page) const { return cached_[static_cast<size_t>(page)] != 0; }
+    // Pages whose only reference is the cache's.
+    int64_t n_cache_only() const { return n_cache_only_; }
+
     // Recounts everything from scratch and compares with the running totals
     // (tests call it after every operation).
     Status check_accounting() const;
@@ -76,7 +88,9 @@ private:
     std::vector<int32_t> refcount_;   // per page
     std::vector<uint8_t> backed_;     // per page: fallocate done
     std::vector<int32_t> free_;       // stack of free pages
+    std::vector<uint8_t> cached_;     // per page: the prefix cache holds a reference
     int64_t n_refs_ = 0;
+    int64_t n_cache_only_ = 0;
 };
 
 }  // namespace sieve

@@ -73,6 +73,14 @@ Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOpt
     if (opt.with_positions) kv->positions_.resize(static_cast<size_t>(n_lanes / 2));
     kv->n_pos_.assign(static_cast<size_t>(s.n_seq), 0);
     kv->reserved_to_.assign(static_cast<size_t>(s.n_seq), 0);
+    kv->published_.assign(static_cast<size_t>(s.n_seq), Published());
+    if (opt.prefix_block_rows != 0) {
+        const std::string why = prefix_block_check(s, pb, opt.prefix_block_rows);
+        if (!why.empty()) return Status::errorf("KV prefix cache: %s", why.c_str());
+        const int64_t rpp = pb / kv->row_bytes_;
+        kv->prefix_ = std::make_unique<PrefixCache>(*kv->pool_, s.n_layer * s.n_head_kv * 2, opt.prefix_block_rows,
+                                                    std::max<int64_t>(1, opt.prefix_block_rows / rpp));
+    }
     return kv;
 }
 
@@ -119,12 +127,16 @@ Result<int32_t> VAttentionKv::alloc_page(int except_seq) {
 }
 
 // Unmaps pages no lane needs — beyond each lane's rows — from slots other than
-// except_seq: idle slots first (deferred reclamation), then headroom of
-// running ones. Stops once the pool has `want` free pages.
+// except_seq: idle slots first (deferred reclamation), then the prefix
+// cache's blocks, then headroom of running ones. Stops once the pool has
+// `want` free pages.
 int64_t VAttentionKv::reclaim(int64_t want, int except_seq) {
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     const int64_t n0 = stats_.n_pages_unmapped;
     for (int pass = 0; pass < 2 && pool_->n_free() < want; ++pass) {
+        // Between idle slots' pages and running slots' headroom: blocks only
+        // the prefix cache holds, least recently used first.
+        if (pass == 1 && prefix_) prefix_evicted_ += prefix_->evict(want);
         for (int seq = 0; seq < shape_.n_seq && pool_->n_free() < want; ++seq) {
             const bool idle = n_pos_[static_cast<size_t>(seq)] == 0 && reserved_to_[static_cast<size_t>(seq)] == 0;
             if (seq == except_seq || (pass == 0 && !idle)) continue;
@@ -332,8 +344,18 @@ int64_t VAttentionKv::pages_to_reserve(int seq, int64_t n_pos) const {
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
         need += std::max<int64_t>(0, pages_for_rows(ln.rows + delta) - static_cast<int64_t>(ln.pages.size()));
+        need += shared_pages(ln, ln.rows, ln.rows + delta);
     }
     return need;
+}
+
+int64_t VAttentionKv::shared_pages(const Lane &ln, int64_t row_begin, int64_t row_end) const {
+    const int64_t pb = pool_->page_bytes();
+    const int64_t j0 = row_begin * row_bytes_ / pb;
+    const int64_t j1 = std::min<int64_t>(static_cast<int64_t>(ln.pages.size()), pages_for_rows(row_end));
+    int64_t n = 0;
+    for (int64_t j = j0; j < j1; ++j) n += pool_->refcount(ln.pages[static_cast<size_t>(j)]) > 1;
+    return n;
 }
 
 int64_t VAttentionKv::swap_bytes(int seq) const { return kv_swap_bytes(*this, seq); }
@@ -389,12 +411,18 @@ void VAttentionKv::set_n_pos(int seq, int64_t n) {
         ln.rows = std::max<int64_t>(0, ln.rows + delta);  // a compacted lane rolls back to empty at most
     }
     n_pos_[static_cast<size_t>(seq)] = n;
+    // Rows rolled back below what was published may be rewritten with other
+    // tokens: publish the chain again from its start (cached blocks are only
+    // touched; the cache keeps its own copy of the old rows).
+    Published &pub = published_[static_cast<size_t>(seq)];
+    if (prefix_ && pub.n_blocks * prefix_->block_rows() > n) pub = Published();
 }
 
 void VAttentionKv::clear(int seq) {
     check_slot(seq);
     n_pos_[static_cast<size_t>(seq)] = 0;
     reserved_to_[static_cast<size_t>(seq)] = 0;
+    published_[static_cast<size_t>(seq)] = Published();
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
@@ -556,6 +584,11 @@ Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_rows) {
 
 Status VAttentionKv::prepare_write(int seq, int64_t from_row) {
     check_slot(seq);
+    // Rows from from_row on may change: blocks published past it no longer
+    // describe this slot (the cache keeps its own copies), so publishing
+    // starts over from the chain's beginning.
+    Published &pub = published_[static_cast<size_t>(seq)];
+    if (prefix_ && pub.n_blocks * prefix_->block_rows() > from_row) pub = Published();
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
@@ -634,15 +667,28 @@ Status VAttentionKv::check_accounting() const {
         for (int32_t p : ln.pages) ++uses[static_cast<size_t>(p)];
         n += static_cast<int64_t>(ln.pages.size());
     }
-    if (n != n_mapped_ || n != pool_->n_refs()) {
-        return Status::errorf("KV lanes map %lld pages, running total %lld, pool refcounts %lld",
+    int64_t n_cached = 0;
+    for (int32_t p = 0; p < pool_->n_pages(); ++p) n_cached += pool_->cached(p);
+    if (n != n_mapped_ || n + n_cached != pool_->n_refs()) {
+        return Status::errorf("KV lanes map %lld pages, running total %lld, pool refcounts %lld (%lld held by the "
+                              "prefix cache)",
                               static_cast<long long>(n), static_cast<long long>(n_mapped_),
-                              static_cast<long long>(pool_->n_refs()));
+                              static_cast<long long>(pool_->n_refs()), static_cast<long long>(n_cached));
     }
     for (int32_t p = 0; p < pool_->n_pages(); ++p) {
-        if (uses[static_cast<size_t>(p)] != pool_->refcount(p))
-            return Status::errorf("KV page %d: mapped by %d lanes, refcount %d", p, uses[static_cast<size_t>(p)],
-                                  pool_->refcount(p));
+        if (uses[static_cast<size_t>(p)] + (pool_->cached(p) ? 1 : 0) != pool_->refcount(p))
+            return Status::errorf("KV page %d: mapped by %d lanes%s, refcount %d", p, uses[static_cast<size_t>(p)],
+                                  pool_->cached(p) ? " and the prefix cache" : "", pool_->refcount(p));
+    }
+    if (prefix_) {
+        std::string why;
+        if (!prefix_->check(&why)) return Status::error(why);
+        if (prefix_->n_pages_held() != n_cached)
+            return Status::errorf("KV prefix cache holds %lld pages, the pool flags %lld",
+                                  static_cast<long long>(prefix_->n_pages_held()), static_cast<long long>(n_cached));
+    } else if (n_cached != 0) {
+        return Status::errorf("KV pool flags %lld pages as cached, but the store has no prefix cache",
+                              static_cast<long long>(n_cached));
     }
     for (int seq = 0; seq < shape_.n_seq; ++seq) {
         if (n_pos_[static_cast<size_t>(seq)] > capacity(seq))
@@ -651,6 +697,179 @@ Status VAttentionKv::check_accounting() const {
                                   static_cast<long long>(capacity(seq)));
     }
     return Status();
+}
+
+// ---------------------------------------------------------------------------
+// Prefix cache
+// ---------------------------------------------------------------------------
+
+std::string VAttentionKv::prefix_block_check(const KvShape &shape, int64_t page_bytes, int64_t block_rows) {
+    const int64_t rb = shape.row_bytes();
+    if (block_rows < 1) return strfmt("a block of %lld rows; expected >= 1", static_cast<long long>(block_rows));
+    if (rb < 1 || page_bytes % rb != 0)
+        return strfmt("rows of %lld bytes do not divide %lld-byte pages, so blocks would straddle pages",
+                      static_cast<long long>(rb), static_cast<long long>(page_bytes));
+    const int64_t rpp = page_bytes / rb;
+    if (rpp % block_rows != 0 && block_rows % rpp != 0)
+        return strfmt("blocks of %lld rows neither divide nor are a multiple of the %lld rows of a page",
+                      static_cast<long long>(block_rows), static_cast<long long>(rpp));
+    return std::string();
+}
+
+bool VAttentionKv::slot_dense(int seq) const {
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    const int64_t n = n_pos_[static_cast<size_t>(seq)];
+    for (int64_t i = 0; i < lanes_per_seq; ++i)
+        if (lanes_[static_cast<size_t>(seq * lanes_per_seq + i)].rows != n) return false;
+    return true;
+}
+
+// Blocks that share a lane page must come from one physical page: a page is
+// mapped whole, so block k can join a hit only if its entry holds the same
+// pages as the first block of its page (blocks of one page may have been
+// published by different sequences, each from its own copy).
+int64_t VAttentionKv::prefix_usable(const std::vector<const int32_t *> &chain, int64_t nb) const {
+    if (prefix_->pages_per_block() > 1) return nb;  // every block has whole pages of its own
+    const int64_t per_page = rows_per_page() / prefix_->block_rows();
+    const size_t n = static_cast<size_t>(shape_.n_layer * shape_.n_head_kv * 2) * sizeof(int32_t);
+    for (int64_t k = 0; k < nb; ++k) {
+        const int32_t *lead = chain[static_cast<size_t>(k / per_page * per_page)];
+        if (std::memcmp(chain[static_cast<size_t>(k)], lead, n) != 0) return k;
+    }
+    return nb;
+}
+
+PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) {
+    PrefixHit hit;
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    hit.pages_new = lanes_per_seq * pages_for_rows(n_tokens);
+    if (!prefix_) return hit;
+    const int64_t b = prefix_->block_rows();
+    static thread_local std::vector<const int32_t *> chain;
+    int64_t nb = prefix_->match(tokens, std::max<int64_t>(0, std::min(n_max, n_tokens)) / b, &chain, false);
+    nb = prefix_usable(chain, nb);
+    hit.rows = nb * b;
+    if (nb == 0) return hit;
+    // Whole pages of the hit are shared as they are; the page the hit ends
+    // inside (if any) is copied at the first write, so it is counted new.
+    const int64_t rpp = rows_per_page();
+    hit.pages_new -= lanes_per_seq * (hit.rows / rpp);
+    // Distinct cache-only pages among those the hit maps stop counting as free.
+    const int64_t ppb = prefix_->pages_per_block();
+    const int64_t n_pages = pages_for_rows(hit.rows);
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        for (int64_t j = 0; j < n_pages; ++j) {
+            const int32_t pg = ppb == 1 ? chain[static_cast<size_t>(j * rpp / b)][i]
+                                        : chain[static_cast<size_t>(j / ppb)][i * ppb + j % ppb];
+            hit.pages_taken += pool_->refcount(pg) == 1;
+        }
+    }
+    return hit;
+}
+
+Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_rows) {
+    check_slot(seq);
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    if (!prefix_) return Status::error("KV prefix cache: this store has none");
+    const int64_t b = prefix_->block_rows();
+    bool empty = n_pos_[static_cast<size_t>(seq)] == 0;
+    for (int64_t i = 0; i < lanes_per_seq; ++i) empty = empty && lanes_[static_cast<size_t>(seq * lanes_per_seq + i)].rows == 0;
+    if (!empty || n_rows < b || n_rows % b != 0 || n_rows > max_ctx_) {
+        return Status::errorf("KV prefix_attach(slot %d, %lld rows): needs an empty slot and whole blocks of %lld "
+                              "rows within the context of %lld",
+                              seq, static_cast<long long>(n_rows), static_cast<long long>(b),
+                              static_cast<long long>(max_ctx_));
+    }
+    const int64_t nb = n_rows / b;
+    std::vector<const int32_t *> chain;
+    if (prefix_usable(chain, prefix_->match(tokens, nb, &chain, /*touch=*/true)) != nb)
+        return Status::errorf("KV prefix_attach(slot %d): the cache no longer holds %lld rows of this prefix", seq,
+                              static_cast<long long>(n_rows));
+    const int64_t rpp = rows_per_page(), ppb = prefix_->pages_per_block();
+    const int64_t k = pages_for_rows(n_rows);
+    for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
+        Lane &ln = lanes_[l];
+        // Lane pages [0, k) are replaced in place (mmap MAP_FIXED); the old
+        // ones (a previous sequence's cached pages) go back after the mapping.
+        std::vector<int32_t> old(ln.pages.begin(), ln.pages.begin() + std::min<int64_t>(k, ln.pages.size()));
+        if (static_cast<int64_t>(ln.pages.size()) < k) {
+            n_mapped_ += k - static_cast<int64_t>(ln.pages.size());
+            ln.pages.resize(static_cast<size_t>(k));
+        }
+        for (int64_t j = 0; j < k; ++j) {
+            const int32_t pg = ppb == 1 ? chain[static_cast<size_t>(j * rpp / b)][i]
+                                        : chain[static_cast<size_t>(j / ppb)][i * ppb + j % ppb];
+            pool_->add_ref(pg);
+            ln.pages[static_cast<size_t>(j)] = pg;
+        }
+        Status st = map_range(l, 0, k, false);
+        for (int32_t p : old) pool_->release(p);
+        if (!st.ok()) {
+            release(seq);
+            return st.with_context("KV prefix_attach");
+        }
+        ln.rows = n_rows;
+        ln.cap = 0;
+    }
+    if (!positions_.empty()) {
+        const size_t n = static_cast<size_t>(shape_.n_layer * shape_.n_head_kv);
+        for (size_t i = 0; i < n; ++i) {
+            std::vector<int32_t> &p = positions_[static_cast<size_t>(seq) * n + i];
+            p.resize(std::max(p.size(), static_cast<size_t>(n_rows)));
+            for (int64_t r = 0; r < n_rows; ++r) p[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+        }
+    }
+    n_pos_[static_cast<size_t>(seq)] = n_rows;
+    // The attached blocks are cached already: publishing goes on after them.
+    Published &pub = published_[static_cast<size_t>(seq)];
+    pub = Published();
+    for (int64_t j = 0; j < nb; ++j) pub.hash = PrefixCache::chain_hash(pub.hash, tokens + j * b, b);
+    pub.n_blocks = nb;
+    return Status();
+}
+
+void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only) {
+    check_slot(seq);
+    if (!prefix_ || !slot_dense(seq)) return;
+    const int64_t b = prefix_->block_rows(), rpp = rows_per_page(), ppb = prefix_->pages_per_block();
+    int64_t n = std::min(n_rows, n_pos_[static_cast<size_t>(seq)]);
+    if (whole_pages_only) n = n / rpp * rpp;
+    const int64_t nb = n / b;
+    Published &pub = published_[static_cast<size_t>(seq)];
+    const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
+    std::vector<int32_t> pages(static_cast<size_t>(lanes_per_seq * ppb));
+    for (int64_t k = pub.n_blocks; k < nb; ++k) {
+        const int32_t *t = tokens + k * b;
+        const uint64_t h = PrefixCache::chain_hash(pub.hash, t, b);
+        for (int64_t i = 0; i < lanes_per_seq; ++i) {
+            const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
+            for (int64_t p = 0; p < ppb; ++p)
+                pages[static_cast<size_t>(i * ppb + p)] =
+                    ln.pages[static_cast<size_t>(ppb == 1 ? k * b / rpp : k * ppb + p)];
+        }
+        // A hash taken by other tokens (a collision) ends the chain here:
+        // blocks after it could never be found anyway.
+        if (!prefix_->insert(pub.hash, h, k, t, pages.data())) return;
+        pub.hash = h;
+        pub.n_blocks = k + 1;
+    }
+}
+
+PrefixCacheStats VAttentionKv::prefix_stats() const {
+    PrefixCacheStats st;
+    if (!prefix_) return st;
+    st.enabled = true;
+    st.block_rows = prefix_->block_rows();
+    st.n_blocks = prefix_->n_blocks();
+    st.n_pages_held = prefix_->n_pages_held();
+    st.n_pages_only = pool_->n_cache_only();
+    st.n_blocks_evicted = prefix_evicted_;
+    return st;
+}
+
+void VAttentionKv::prefix_clear() {
+    if (prefix_) prefix_->clear();
 }
 
 }  // namespace sieve

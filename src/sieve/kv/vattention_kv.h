@@ -31,7 +31,12 @@
 //   * row caps: a lane with a cap (set_lane_cap) never maps pages for rows
 //     past it, not even as map-ahead headroom (a budgeted lane never grows);
 //   * page accounting: pages_to_reserve() answers how many pool pages a
-//     reservation needs, so the scheduler never repeats the page formula.
+//     reservation needs, so the scheduler never repeats the page formula;
+//   * prefix cache (prefix_cache.h, optional): dense slots publish their
+//     blocks, a new slot maps the longest cached prefix of its tokens; pages
+//     only the cache holds count as free and are evicted (LRU) when the pool
+//     runs dry, after idle slots' cached pages and before running slots'
+//     headroom.
 //
 // Not thread-safe: one thread (the engine's) calls it; kernels only read and
 // write rows through the lane pointers.
@@ -40,11 +45,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sieve/kv/kv_cache.h"
 #include "sieve/kv/kv_space.h"
 #include "sieve/kv/page_pool.h"
+#include "sieve/kv/prefix_cache.h"
 
 namespace sieve {
 
@@ -54,6 +61,10 @@ struct VAttentionKvOptions {
     PagePoolOptions pool;
     int64_t headroom_pages = 1;   // extra pages mapped ahead of a growing lane
     bool with_positions = false;  // keep an int32 position per row (moved by compact)
+    // Rows per prefix-cache block; 0 = no prefix cache. Needs a row size that
+    // divides the page size and a block that divides, or is a multiple of,
+    // the rows of a page (prefix_block_check()).
+    int64_t prefix_block_rows = 0;
 };
 
 // Counters of mapping work, for measuring what lands inside a step.
@@ -147,7 +158,7 @@ public:
     }
     // Pool pages mapped to every lane of slot seq (a shared page once per lane).
     int64_t seq_mapped_pages(int seq) const override;
-    int64_t n_free_pages() const override { return pool_->n_free(); }
+    int64_t n_free_pages() const override { return pool_->n_free() + pool_->n_cache_only(); }
     int64_t n_total_pages() const override { return pool_->n_pages(); }
     int64_t swap_bytes(int seq) const override;
     Status swap_out(int seq, KvSwapImage *out) override;
@@ -155,6 +166,17 @@ public:
     Status swap_in(int seq, const KvSwapImage &img) override;
     // seq_pages_for_rows() for a store not created yet (sizing its pool).
     static int64_t seq_pages_for_rows(const KvShape &shape, int64_t page_bytes, int64_t n_rows);
+
+    // ---- prefix cache ----
+    PrefixHit prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) override;
+    Status prefix_attach(int seq, const int32_t *tokens, int64_t n_rows) override;
+    void prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only) override;
+    PrefixCacheStats prefix_stats() const override;
+    // Drops every cached block (pages no lane maps return to the pool).
+    void prefix_clear();
+    // Whether blocks of block_rows rows fit lanes of this row size and page
+    // size (empty) or why not.
+    static std::string prefix_block_check(const KvShape &shape, int64_t page_bytes, int64_t block_rows);
     const PagePool &pool() const { return *pool_; }
     int64_t page_bytes() const { return pool_->page_bytes(); }
     int64_t row_bytes() const { return row_bytes_; }
@@ -191,6 +213,14 @@ private:
     Status grow_lane(size_t lane, int64_t need, int64_t target, int except_seq, bool in_reserve);
     void shrink_lane(size_t lane, int64_t keep_pages);
     Status unshare_rows(size_t lane, int64_t row_begin, int64_t row_end, int except_seq);
+    // Shared pages (refcount > 1) of a lane among those holding rows
+    // [row_begin, row_end): what unshare_rows() would copy.
+    int64_t shared_pages(const Lane &ln, int64_t row_begin, int64_t row_end) const;
+    // Every lane of the slot holds one row per position (never compacted).
+    bool slot_dense(int seq) const;
+    // How many of the nb matched blocks can be mapped together.
+    int64_t prefix_usable(const std::vector<const int32_t *> &chain, int64_t nb) const;
+    int64_t rows_per_page() const { return pool_->page_bytes() / row_bytes_; }
     // Grows the position arrays of seq's lanes for delta more rows.
     void grow_positions(int seq, int64_t delta);
 
@@ -215,6 +245,16 @@ private:
     std::vector<int64_t> reserved_to_;
     int64_t n_mapped_ = 0;
     KvMapStats stats_;
+    // After pool_: destroyed first, giving its references back.
+    std::unique_ptr<PrefixCache> prefix_;
+    int64_t prefix_evicted_ = 0;
+    // Per slot: blocks of it already offered to the prefix cache, and the
+    // chain hash of the last one (publishing goes on from there).
+    struct Published {
+        int64_t n_blocks = 0;
+        uint64_t hash = PrefixCache::k_seed;
+    };
+    std::vector<Published> published_;
 };
 
 }  // namespace sieve

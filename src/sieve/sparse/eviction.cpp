@@ -49,6 +49,12 @@ std::unique_ptr<KvPolicyState> EvictionPolicy::make_state(const KvShape &shape, 
     return st;
 }
 
+int64_t EvictionPolicy::reusable_prefix(int64_t n_total) const {
+    if (kind_ == EvictionKind::h2o) return 0;  // every prompt query's attention is accumulated
+    if (!uses_scores()) return n_total;
+    return std::max<int64_t>(0, n_total - p_.window);  // the observation window is computed
+}
+
 void EvictionPolicy::begin_prefill(KvPolicyState *st, int64_t n_total) const {
     if (!st) return;
     if (kind_ == EvictionKind::h2o) {

@@ -66,6 +66,7 @@ public:
 
 private:
     bool uses_scores() const { return kind_ != EvictionKind::streaming; }
+    int64_t reusable_prefix(int64_t n_total) const override;
     // Evicts every lane of (slot, layer) holding more than `budget` rows down to it.
     Status evict_layer(const PolicyContext &ctx, int64_t layer, int64_t budget) const;
 

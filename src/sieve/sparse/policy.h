@@ -95,6 +95,11 @@ public:
     virtual int64_t decode_rows(int64_t n_prompt, int64_t n_gen, int64_t layer, int64_t n_layer) const {
         return kept_rows(n_prompt, layer, n_layer) + n_gen;
     }
+    // Of a prefill of n_total tokens, how many leading ones may come from the
+    // prefix cache, i.e. be left out of the forward pass: a policy that scores
+    // queries needs those queries computed (SnapKV's window: the last
+    // `window`; H2O: all of them). Their keys may be cached either way.
+    virtual int64_t reusable_prefix(int64_t n_total) const { return n_total; }
 };
 
 using KvPolicyPtr = std::shared_ptr<const KvPolicy>;

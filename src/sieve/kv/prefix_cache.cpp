@@ -1,0 +1,171 @@
+#include "sieve/kv/prefix_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "sieve/core/status.h"
+
+namespace sieve {
+
+namespace {
+
+// splitmix64's finalizer: a cheap 64-bit mixer with full avalanche.
+uint64_t mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(PagePool &pool, int64_t n_lanes, int64_t block_rows, int64_t pages_per_block)
+    : pool_(pool), n_lanes_(n_lanes), block_rows_(block_rows), ppb_(pages_per_block) {
+    SIEVE_CHECKF(n_lanes >= 1 && block_rows >= 1 && pages_per_block >= 1,
+                 "PrefixCache(n_lanes %lld, block_rows %lld, pages_per_block %lld)", static_cast<long long>(n_lanes),
+                 static_cast<long long>(block_rows), static_cast<long long>(pages_per_block));
+}
+
+PrefixCache::~PrefixCache() { clear(); }
+
+uint64_t PrefixCache::chain_hash(uint64_t parent, const int32_t *tokens, int64_t n) {
+    uint64_t h = mix(parent ^ static_cast<uint64_t>(n));
+    for (int64_t i = 0; i < n; ++i) h = mix(h + static_cast<uint32_t>(tokens[i]) + 0x9e3779b97f4a7c15ull);
+    return h;
+}
+
+void PrefixCache::touch(uint64_t h, Entry &e) {
+    lru_.erase(LruKey{e.last_use, -e.depth, h});
+    e.last_use = ++clock_;
+    lru_.insert(LruKey{e.last_use, -e.depth, h});
+}
+
+const int32_t *PrefixCache::find(uint64_t parent, uint64_t h, const int32_t *tokens, bool touch_it) {
+    auto it = entries_.find(h);
+    if (it == entries_.end()) return nullptr;
+    Entry &e = it->second;
+    if (e.parent != parent ||
+        std::memcmp(e.tokens.data(), tokens, static_cast<size_t>(block_rows_) * sizeof(int32_t)) != 0)
+        return nullptr;
+    if (touch_it) touch(h, e);
+    return e.pages.data();
+}
+
+int64_t PrefixCache::match(const int32_t *tokens, int64_t n_blocks, std::vector<const int32_t *> *pages,
+                           bool touch_them) {
+    if (pages) pages->clear();
+    uint64_t parent = k_seed;
+    int64_t k = 0;
+    for (; k < n_blocks; ++k) {
+        const int32_t *t = tokens + k * block_rows_;
+        const uint64_t h = chain_hash(parent, t, block_rows_);
+        const int32_t *p = find(parent, h, t, false);
+        if (!p) break;
+        if (pages) pages->push_back(p);
+        parent = h;
+    }
+    if (touch_them) {
+        // Deepest first gets the oldest stamp of the chain, so among blocks
+        // used together the tail is evicted first and the chain stays whole.
+        parent = k_seed;
+        std::vector<uint64_t> hs;
+        for (int64_t j = 0; j < k; ++j) {
+            parent = chain_hash(parent, tokens + j * block_rows_, block_rows_);
+            hs.push_back(parent);
+        }
+        for (int64_t j = k - 1; j >= 0; --j) touch(hs[static_cast<size_t>(j)], entries_.at(hs[static_cast<size_t>(j)]));
+    }
+    return k;
+}
+
+bool PrefixCache::insert(uint64_t parent, uint64_t h, int64_t depth, const int32_t *tokens, const int32_t *pages) {
+    auto it = entries_.find(h);
+    if (it != entries_.end()) {
+        Entry &e = it->second;
+        if (e.parent != parent ||
+            std::memcmp(e.tokens.data(), tokens, static_cast<size_t>(block_rows_) * sizeof(int32_t)) != 0)
+            return false;
+        touch(h, e);
+        return true;
+    }
+    Entry e;
+    e.parent = parent;
+    e.depth = depth;
+    e.tokens.assign(tokens, tokens + block_rows_);
+    e.pages.assign(pages, pages + n_lanes_ * ppb_);
+    for (int32_t p : e.pages)
+        if (page_uses_[p]++ == 0) pool_.cache_hold(p);
+    e.last_use = ++clock_;
+    lru_.insert(LruKey{e.last_use, -e.depth, h});
+    entries_.emplace(h, std::move(e));
+    return true;
+}
+
+void PrefixCache::drop(std::unordered_map<uint64_t, Entry>::iterator it) {
+    Entry &e = it->second;
+    lru_.erase(LruKey{e.last_use, -e.depth, it->first});
+    for (int32_t p : e.pages) {
+        auto u = page_uses_.find(p);
+        SIEVE_CHECKF(u != page_uses_.end() && u->second > 0, "prefix cache: page %d not counted", p);
+        if (--u->second == 0) {
+            page_uses_.erase(u);
+            pool_.cache_drop(p);
+        }
+    }
+    entries_.erase(it);
+}
+
+bool PrefixCache::frees_a_page(const Entry &e) const {
+    for (int32_t p : e.pages)
+        if (pool_.refcount(p) == 1) return true;
+    return false;
+}
+
+int64_t PrefixCache::evict(int64_t want_free) {
+    int64_t n = 0;
+    for (auto k = lru_.begin(); k != lru_.end() && pool_.n_free() < want_free;) {
+        const uint64_t h = std::get<2>(*k);
+        ++k;  // drop() erases the key we stand on
+        auto it = entries_.find(h);
+        if (!frees_a_page(it->second)) continue;
+        drop(it);
+        ++n;
+    }
+    return n;
+}
+
+void PrefixCache::clear() {
+    while (!entries_.empty()) drop(entries_.begin());
+}
+
+bool PrefixCache::check(std::string *why) const {
+    std::unordered_map<int32_t, int32_t> uses;
+    for (const auto &[h, e] : entries_) {
+        if (static_cast<int64_t>(e.pages.size()) != n_lanes_ * ppb_ ||
+            static_cast<int64_t>(e.tokens.size()) != block_rows_) {
+            *why = "prefix cache: an entry has the wrong number of pages or tokens";
+            return false;
+        }
+        if (lru_.count(LruKey{e.last_use, -e.depth, h}) != 1) {
+            *why = "prefix cache: an entry is missing from the LRU order";
+            return false;
+        }
+        for (int32_t p : e.pages) ++uses[p];
+    }
+    if (lru_.size() != entries_.size() || uses != page_uses_) {
+        *why = "prefix cache: LRU order or page use counts out of step with the entries";
+        return false;
+    }
+    for (const auto &[p, n] : uses) {
+        if (!pool_.cached(p)) {
+            *why = "prefix cache: page " + std::to_string(p) + " is used by an entry but not held in the pool";
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace sieve
