@@ -8,6 +8,7 @@ debs=(build-essential cmake ninja-build pkg-config git ca-certificates
       libpcre2-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
       libcpp-httplib-dev
       clang libclang-rt-14-dev
+      chromium chromium-driver fonts-liberation
       python3 python3-pip)
 missing=()
 for p in "${debs[@]}"; do
@@ -29,8 +30,9 @@ fi
 
 # Python packages for the independent reference (eval/reference) and the
 # model tests (pinned to the versions the golden data was made with); openai and
-# requests drive the HTTP server tests (tests/server).
-py_pkgs=("numpy" "gguf==0.19.0" "pytest" "openai" "requests")
+# requests drive the HTTP server tests (tests/server); selenium drives
+# Debian's chromium (through chromium-driver) in the chat page's browser test.
+py_pkgs=("numpy" "gguf==0.19.0" "pytest" "openai" "requests" "selenium")
 need_py=()
 for spec in "${py_pkgs[@]}"; do
     mod="${spec%%=*}"

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "sieve/core/log.h"
+#include "sieve/server/chat_page.h"
 #include "sieve/server/json_guard.h"
 #include "sieve/server/metrics.h"
 
@@ -103,7 +104,9 @@ void HttpServer::Impl::install_guards() {
                                                       opt.max_headers)));
             return httplib::Server::HandlerResponse::Handled;
         }
-        const bool open_route = req.path == "/health" || req.path == "/metrics";
+        // The chat page is open like /health: it holds no data, and the key
+        // typed into it goes with each of its API calls.
+        const bool open_route = req.path == "/" || req.path == "/health" || req.path == "/metrics";
         if (!opt.api_key.empty() && !open_route) {
             const std::string auth = req.get_header_value("Authorization");
             if (auth != "Bearer " + opt.api_key) {
@@ -208,6 +211,16 @@ void HttpServer::Impl::handle_detokenize(const httplib::Request &req, httplib::R
 }
 
 void HttpServer::Impl::install_routes() {
+    // The chat page (HEAD too: the library answers HEAD from GET routes).
+    // no-cache + ETag: every load revalidates, so a new binary's page shows at once.
+    svr.Get("/", [](const httplib::Request &req, httplib::Response &res) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_header("ETag", std::string(chat_page_html_etag));
+        res.set_header("Content-Security-Policy", std::string(chat_page_csp));
+        res.set_header("X-Content-Type-Options", "nosniff");
+        if (req.get_header_value("If-None-Match") == chat_page_html_etag) res.status = 304;
+        else res.set_content(chat_page_html.data(), chat_page_html.size(), "text/html; charset=utf-8");
+    });
     svr.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
         handle_generate(req, res, ApiKind::completion);
     });
