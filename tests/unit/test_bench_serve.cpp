@@ -3,6 +3,8 @@
 // direct computation, and the seeded workload and arrival process.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -122,6 +124,11 @@ TEST(StreamChunk, CompletionChatUsageDoneError) {
     EXPECT_TRUE(c.has_usage);
     EXPECT_EQ(c.prompt_tokens, 17);
     EXPECT_EQ(c.completion_tokens, 5);
+    EXPECT_EQ(c.cached_tokens, 0);
+    ASSERT_TRUE(parse_stream_chunk(R"({"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":2,)"
+                                   R"("prompt_tokens_details":{"cached_tokens":32}}})",
+                                   false, &c, &why));
+    EXPECT_EQ(c.cached_tokens, 32);
     ASSERT_TRUE(parse_stream_chunk(R"({"choices":[{"text":"a"}],"usage":null})", false, &c, &why));
     EXPECT_FALSE(c.has_usage);
 
@@ -212,6 +219,24 @@ TEST(Workload, SeededLengthsAndIds) {
     for (const RequestSpec &r : make_workload(5, 200, 3, 1, 0.99, 50)) {
         EXPECT_GE(r.input_len, 1);
         EXPECT_GE(r.output_len, 1);
+    }
+}
+
+// --random-prefix-len: every request starts with the same prefix, drawn once;
+// what follows is exactly the workload without a prefix.
+TEST(Workload, SharedPrefix) {
+    const std::vector<RequestSpec> plain = make_workload(9, 30, 100, 20, 0.3, 700);
+    const std::vector<RequestSpec> pre = make_workload(9, 30, 100, 20, 0.3, 700, 250);
+    ASSERT_EQ(pre.size(), plain.size());
+    const std::vector<int32_t> prefix(pre[0].token_ids.begin(), pre[0].token_ids.begin() + 250);
+    EXPECT_GT(std::set<int32_t>(prefix.begin(), prefix.end()).size(), 100u) << "a random prefix, not one id repeated";
+    for (size_t i = 0; i < pre.size(); ++i) {
+        EXPECT_EQ(pre[i].input_len, plain[i].input_len + 250);
+        EXPECT_EQ(pre[i].output_len, plain[i].output_len);
+        ASSERT_EQ(int64_t(pre[i].token_ids.size()), pre[i].input_len);
+        EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), pre[i].token_ids.begin())) << "request " << i;
+        EXPECT_TRUE(std::equal(plain[i].token_ids.begin(), plain[i].token_ids.end(), pre[i].token_ids.begin() + 250))
+            << "request " << i;
     }
 }
 

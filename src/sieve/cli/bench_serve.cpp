@@ -33,6 +33,7 @@ struct BenchServeOptions {
     std::string model;  // empty: the first model of GET /v1/models
     std::string api_key;
     int64_t input_len = 256;
+    int64_t prefix_len = 0;
     int64_t output_len = 64;
     double range_ratio = 0;
     std::string prompt_kind = "auto";  // auto | ids | text
@@ -62,6 +63,8 @@ void print_usage(FILE *out) {
                  "  --model NAME              model name to send (default: ask GET /v1/models)\n"
                  "  --api-key KEY             sent as 'Authorization: Bearer KEY'\n"
                  "  --input-len N             prompt tokens per request (default: 256)\n"
+                 "  --random-prefix-len N     a prefix of N tokens shared by every request, before\n"
+                 "                            its own --input-len (a system prompt; default: 0)\n"
                  "  --output-len N            tokens generated per request, with ignore_eos (default: 64)\n"
                  "  --random-range-ratio R    draw lengths uniformly in [len*(1-R), len*(1+R)],\n"
                  "                            R in [0, 1) (default: 0 = fixed)\n"
@@ -156,6 +159,8 @@ Status parse_options(int argc, char **argv, BenchServeOptions *o) {
             SIEVE_TRY(str("a key", &o->api_key));
         } else if (f == "--input-len") {
             SIEVE_TRY(integer(1, 1 << 24, &o->input_len));
+        } else if (f == "--random-prefix-len") {
+            SIEVE_TRY(integer(0, 1 << 24, &o->prefix_len));
         } else if (f == "--output-len") {
             SIEVE_TRY(integer(1, 1 << 24, &o->output_len));
         } else if (f == "--random-range-ratio") {
@@ -320,14 +325,16 @@ int cmd_bench_serve(int argc, char **argv) {
     const std::string path = o.chat ? "/v1/chat/completions" : "/v1/completions";
 
     std::vector<RequestSpec> specs = make_workload(uint64_t(o.seed), o.num_prompts, o.input_len, o.output_len,
-                                                   o.range_ratio, ids ? int32_t(n_vocab) : k_n_words);
+                                                   o.range_ratio, ids ? int32_t(n_vocab) : k_n_words, o.prefix_len);
     std::vector<std::string> bodies;
     bodies.reserve(specs.size());
     for (const RequestSpec &r : specs) bodies.push_back(request_body(o, model, ids, r));
-    std::fprintf(stderr, "sieve bench-serve: %s%s, model '%s', %lld prompts of %s, input %lld, output %lld%s\n",
+    std::fprintf(stderr, "sieve bench-serve: %s%s, model '%s', %lld prompts of %s, input %s%lld, output %lld%s\n",
                  addr->scheme_host_port.c_str(), (addr->prefix + path).c_str(), model.c_str(),
-                 (long long)o.num_prompts, ids ? "random token ids" : "random words", (long long)o.input_len,
-                 (long long)o.output_len, o.range_ratio > 0 ? strfmt(" (range ratio %g)", o.range_ratio).c_str() : "");
+                 (long long)o.num_prompts, ids ? "random token ids" : "random words",
+                 o.prefix_len > 0 ? strfmt("%lld shared + ", (long long)o.prefix_len).c_str() : "",
+                 (long long)o.input_len, (long long)o.output_len,
+                 o.range_ratio > 0 ? strfmt(" (range ratio %g)", o.range_ratio).c_str() : "");
 
     if (o.warmup > 0) {
         // The first warm-up request is also the check that the server answers

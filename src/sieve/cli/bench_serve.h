@@ -34,6 +34,7 @@ struct RequestResult {
     int64_t input_len = 0;          // as requested
     int64_t prompt_tokens = 0;      // from usage, else input_len
     int64_t output_tokens = 0;      // from usage, else the number of content chunks
+    int64_t cached_tokens = 0;      // prompt tokens the server's prefix cache supplied (usage), if it says
     bool usage_reported = false;
     double start_s = 0;             // request sent
     double ttft_s = 0;              // first content chunk - start
@@ -66,7 +67,7 @@ struct RunResult {
     std::vector<RequestResult> requests;
     // Derived by finish_run().
     int64_t completed = 0, failed = 0;
-    int64_t total_input_tokens = 0, total_output_tokens = 0;
+    int64_t total_input_tokens = 0, total_output_tokens = 0, total_cached_tokens = 0;
     double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
     LatencySummary ttft_ms, tpot_ms, itl_ms, e2e_ms;
     std::string first_error;

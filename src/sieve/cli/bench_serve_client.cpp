@@ -138,6 +138,7 @@ RequestResult send_streamed_request(const ServerAddress &addr, const std::string
                 r.usage_reported = true;
                 r.prompt_tokens = c.prompt_tokens;
                 r.output_tokens = c.completion_tokens;
+                r.cached_tokens = c.cached_tokens;
             }
             if (c.text.empty()) continue;
             if (n_content_chunks == 0) {

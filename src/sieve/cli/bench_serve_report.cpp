@@ -43,7 +43,7 @@ nlohmann::json rate_json(double rate) {
 void finish_run(RunResult *run) {
     std::vector<double> ttft, tpot, itl, e2e;
     run->completed = run->failed = 0;
-    run->total_input_tokens = run->total_output_tokens = 0;
+    run->total_input_tokens = run->total_output_tokens = run->total_cached_tokens = 0;
     run->first_error.clear();
     for (const RequestResult &r : run->requests) {
         if (!r.ok) {
@@ -54,6 +54,7 @@ void finish_run(RunResult *run) {
         ++run->completed;
         run->total_input_tokens += r.prompt_tokens;
         run->total_output_tokens += r.output_tokens;
+        run->total_cached_tokens += r.cached_tokens;
         ttft.push_back(r.ttft_s * 1e3);
         e2e.push_back(r.e2e_s * 1e3);
         double t = 0;
@@ -82,6 +83,8 @@ void print_run_table(const RunResult &run) {
     std::printf("%-40s %12.2f\n", "Benchmark duration (s):", run.duration_s);
     std::printf("%-40s %12lld\n", "Total input tokens:", (long long)run.total_input_tokens);
     std::printf("%-40s %12lld\n", "Total generated tokens:", (long long)run.total_output_tokens);
+    // What the server says its prefix cache supplied (usage.prompt_tokens_details).
+    std::printf("%-40s %12lld\n", "Cached input tokens:", (long long)run.total_cached_tokens);
     std::printf("%-40s %12.2f\n", "Request throughput (req/s):", run.request_throughput);
     std::printf("%-40s %12.2f\n", "Output token throughput (tok/s):", run.output_throughput);
     std::printf("%-40s %12.2f\n", "Total token throughput (tok/s):", run.total_token_throughput);
@@ -102,6 +105,7 @@ Status write_runs_json(const std::string &path, const std::vector<RunResult> &ru
                                 {"input_len", r.input_len},
                                 {"prompt_tokens", r.prompt_tokens},
                                 {"output_tokens", r.output_tokens},
+                                {"cached_tokens", r.cached_tokens},
                                 {"usage_reported", r.usage_reported},
                                 {"start_s", r.start_s},
                                 {"ttft_ms", r.ttft_s * 1e3},
@@ -127,6 +131,7 @@ Status write_runs_json(const std::string &path, const std::vector<RunResult> &ru
                        {"duration_s", run.duration_s},
                        {"total_input_tokens", run.total_input_tokens},
                        {"total_output_tokens", run.total_output_tokens},
+                       {"total_cached_tokens", run.total_cached_tokens},
                        {"request_throughput", run.request_throughput},
                        {"output_throughput", run.output_throughput},
                        {"total_token_throughput", run.total_token_throughput},

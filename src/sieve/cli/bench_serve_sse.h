@@ -103,6 +103,7 @@ struct StreamChunk {
     bool has_usage = false;     // a usage object (stream_options.include_usage)
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens (prefix cache), 0 if absent
     std::string error;          // an error object sent inside the stream
 };
 
@@ -143,6 +144,10 @@ inline bool parse_stream_chunk(const std::string &data, bool chat, StreamChunk *
             out->completion_tokens = u["completion_tokens"].get<int64_t>();
             if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
                 out->prompt_tokens = u["prompt_tokens"].get<int64_t>();
+            const auto d = u.find("prompt_tokens_details");
+            if (d != u.end() && d->is_object() && d->contains("cached_tokens") &&
+                (*d)["cached_tokens"].is_number_integer())
+                out->cached_tokens = (*d)["cached_tokens"].get<int64_t>();
         }
     }
     return true;

@@ -70,17 +70,25 @@ inline int64_t draw_length(std::mt19937_64 &rng, int64_t len, double range_ratio
 // The whole workload from one seed: the same seed gives the same requests,
 // so the runs of a sweep (and sieve vs llama-server) see identical prompts.
 // Ids are drawn from [0, n_choices): token ids below the vocabulary size, or
-// indices into the word list of text prompts.
+// indices into the word list of text prompts. With prefix_len > 0 every
+// request starts with the same prefix_len ids (vLLM's --random-prefix-len: a
+// shared system prompt), drawn once from its own stream, so the per-request
+// parts are the same with or without a prefix.
 inline std::vector<RequestSpec> make_workload(uint64_t seed, int64_t n, int64_t input_len, int64_t output_len,
-                                              double range_ratio, int32_t n_choices) {
+                                              double range_ratio, int32_t n_choices, int64_t prefix_len = 0) {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int32_t> pick(0, n_choices - 1);
+    std::vector<int32_t> prefix(static_cast<size_t>(prefix_len));
+    std::mt19937_64 prefix_rng(seed ^ 0x7f4a7c159e3779b9ull);
+    for (int32_t &id : prefix) id = pick(prefix_rng);
     std::vector<RequestSpec> out(static_cast<size_t>(n));
     for (RequestSpec &r : out) {
-        r.input_len = draw_length(rng, input_len, range_ratio);
+        const int64_t own = draw_length(rng, input_len, range_ratio);
+        r.input_len = prefix_len + own;
         r.output_len = draw_length(rng, output_len, range_ratio);
+        r.token_ids = prefix;
         r.token_ids.resize(size_t(r.input_len));
-        for (int32_t &id : r.token_ids) id = pick(rng);
+        for (size_t i = size_t(prefix_len); i < r.token_ids.size(); ++i) r.token_ids[i] = pick(rng);
     }
     return out;
 }
