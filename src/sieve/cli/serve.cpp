@@ -69,6 +69,9 @@ void serve_usage(FILE *out) {
                  "  --kv-page-size BYTES      KV page, a power of two from 4KiB to 2MiB (default: 64KiB)\n"
                  "  --swap-space BYTES        host memory for preempted sequences' KV (default: 4GiB;\n"
                  "                            past it a preempted sequence is recomputed)\n"
+                 "  --no-prefix-cache         compute every prompt in full (default: blocks of %lld\n"
+                 "                            prompt tokens stay cached and later requests that\n"
+                 "                            start with the same tokens reuse them)\n"
                  "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
                  "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
                  "  --kv-policy P             default KV policy, NAME[:key=value,...] or @FILE.json\n"
@@ -84,7 +87,8 @@ void serve_usage(FILE *out) {
                  "  --drain-timeout S         on SIGTERM, seconds to let requests finish (default: 5)\n"
                  "  --verbose                 debug logs\n"
                  "  -h, --help                this text\n",
-                 chat_format_names().c_str(), kv_policy_help().c_str());
+                 chat_format_names().c_str(), static_cast<long long>(EngineOptions().prefix_block),
+                 kv_policy_help().c_str());
 }
 
 Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
@@ -116,6 +120,7 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
             o->http.read_timeout_s = o->http.write_timeout_s = static_cast<int>(v);
         } else if (f == "--drain-timeout") { SIEVE_TRY(take_int(args, f, 0, 3600, &v)); o->drain_timeout_s = static_cast<double>(v); }
         else if (f == "--mmap") o->mmap = true;
+        else if (f == "--no-prefix-cache") o->engine.prefix_cache = false;
         else if (f == "--verbose") o->verbose = true;
         else if (f == "-h" || f == "--help") o->help = true;
         else return Status::errorf("unknown option '%s'", f.c_str());

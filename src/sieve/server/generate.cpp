@@ -1,5 +1,6 @@
 #include "sieve/server/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -40,6 +41,7 @@ struct ChoiceState {
     std::string error;
     int64_t n_gen = 0;
     int64_t kv_rows_kept = 0, kv_rows_seen = 0;
+    int64_t n_cached = 0;  // prompt tokens the prefix cache supplied
 };
 
 struct GenJob {
@@ -89,6 +91,7 @@ struct GenJob {
             c.n_gen = ev.n_gen_tokens;
             c.kv_rows_kept = ev.kv_rows_kept;
             c.kv_rows_seen = ev.kv_rows_seen;
+            c.n_cached = ev.n_cached_tokens;
             --n_unfinished;
             metrics->observe_e2e(seconds_between(t_arrival, now));
             metrics->count_finished(ev.finish_reason);
@@ -295,6 +298,11 @@ json usage_json(const GenJob &job) {
     int64_t n_gen = 0;
     for (const ChoiceState &c : job.choices) n_gen += c.n_gen;
     json u{{"prompt_tokens", job.n_prompt}, {"completion_tokens", n_gen}, {"total_tokens", job.n_prompt + n_gen}};
+    // OpenAI's field: prompt tokens served from the prefix cache (the prompt
+    // is counted once however many choices ran it; so is this).
+    int64_t cached = 0;
+    for (const ChoiceState &c : job.choices) cached = std::max(cached, c.n_cached);
+    u["prompt_tokens_details"] = {{"cached_tokens", cached}};
     // Extension: the KV the request's lanes held at the end against a dense
     // cache (summed over its choices); compression = dense / kept.
     int64_t kept = 0, seen = 0;

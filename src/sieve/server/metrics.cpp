@@ -147,6 +147,21 @@ std::string ServerMetrics::render(const EngineStats *s) const {
           static_cast<double>(st.gen_tokens_total));
     gauge(&out, "sieve:engine_steps_total", "counter", "Forward steps run by the engine.",
           static_cast<double>(st.n_steps));
+    // Prefix cache: vLLM's own names (counted in tokens), so dashboards made
+    // for vLLM read them; what the cache holds under sieve's prefix.
+    gauge(&out, "vllm:prefix_cache_queries_total", "counter",
+          "Prompt tokens looked up in the prefix cache (0 when it is off).",
+          static_cast<double>(st.prefix_query_tokens));
+    gauge(&out, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+          static_cast<double>(st.prefix_hit_tokens));
+    gauge(&out, "sieve:prefix_cache_blocks", "gauge", "Prompt blocks the prefix cache holds.",
+          static_cast<double>(st.prefix_blocks));
+    gauge(&out, "sieve:prefix_cache_pages", "gauge",
+          "KV pages held only by the prefix cache (reclaimable: counted free, not in kv_pages_used).",
+          static_cast<double>(st.prefix_pages_only));
+    gauge(&out, "sieve:prefix_cache_evicted_blocks_total", "counter",
+          "Prefix-cache blocks dropped to give their pages to new KV.",
+          static_cast<double>(st.prefix_blocks_evicted));
 
     out += "# HELP sieve:kv_map_calls_total KV page mmap calls: inside a step's reservations, or between steps (map-ahead).\n"
            "# TYPE sieve:kv_map_calls_total counter\n";
