@@ -3,7 +3,8 @@
 #   1. Release build with warnings as errors; every CTest test (unit tests,
 #      model-vs-reference tests, CLI tests);
 #   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. a short libFuzzer run of the GGUF reader (SIEVE_FUZZ_SECONDS, default 30).
+#   3. short libFuzzer runs of the GGUF reader and of the HTTP request path
+#      (SIEVE_FUZZ_SECONDS each, default 30; 0 skips them).
 # Needs what scripts/install_deps.sh installs, and the default model (fetched
 # here into the cache if it is not there yet).
 #
@@ -35,6 +36,6 @@ fi
 
 fuzz_seconds="${SIEVE_FUZZ_SECONDS:-30}"
 if [ "$fuzz_seconds" -gt 0 ]; then
-    echo "== GGUF reader under libFuzzer for ${fuzz_seconds}s ==" >&2
-    tests/fuzz/run.sh "$fuzz_seconds"
+    echo "== libFuzzer: GGUF reader and request path, ${fuzz_seconds}s each ==" >&2
+    tests/fuzz/run.sh "$fuzz_seconds" all
 fi
