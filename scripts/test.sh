@@ -2,7 +2,9 @@
 # Builds sieve and runs the whole test suite:
 #   1. Release build with warnings as errors; every CTest test (unit tests,
 #      model-vs-reference tests, CLI tests);
-#   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
+#      and the server fault tests (tests/server/test_faults.py) against the
+#      sanitized server;
 #   3. short libFuzzer runs of the GGUF reader and of the HTTP request path
 #      (SIEVE_FUZZ_SECONDS each, default 30; 0 skips them).
 # Needs what scripts/install_deps.sh installs, and the default model (fetched
@@ -32,6 +34,9 @@ if [ -z "${SIEVE_SKIP_ASAN:-}" ]; then
     cmake --build build-asan -j "$jobs"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+    echo "== faults on the wire against the ASan/UBSan server ==" >&2
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        ctest --test-dir build-asan --output-on-failure -R '^server\.faults$'
 fi
 
 fuzz_seconds="${SIEVE_FUZZ_SECONDS:-30}"

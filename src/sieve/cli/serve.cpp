@@ -83,7 +83,8 @@ void serve_usage(FILE *out) {
                  "  -t, --threads N           compute threads (default: every core)\n"
                  "  --http-threads N          connections served at once (default: 64)\n"
                  "  --max-body BYTES          request body limit (default: 8MiB)\n"
-                 "  --timeout S               read / write timeout per socket operation (default: 30)\n"
+                 "  --timeout S               time a request head has from its first byte, then its\n"
+                 "                            body (408 past either), and each write (default: 30)\n"
                  "  --drain-timeout S         on SIGTERM, seconds to let requests finish (default: 5)\n"
                  "  --verbose                 debug logs\n"
                  "  -h, --help                this text\n",

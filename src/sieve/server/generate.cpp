@@ -325,19 +325,28 @@ json chunk_base(const GenJob &job) {
                 {"model", job.model}};
 }
 
-// Waits for events; false when the client went away first.
-bool next_events(GenJob &job, ChunkSink &sink, std::deque<std::pair<int, GenEvent>> *out, bool *all_done) {
+// Waits for events; false when the client went away first. The client is
+// checked every k_poll whether or not events arrive: while tokens flow, a
+// non-streamed writer has nothing to write that would fail.
+bool next_events(GenJob &job, ClientLink &client, Clock::time_point *next_check,
+                 std::deque<std::pair<int, GenEvent>> *out, bool *all_done) {
     for (;;) {
+        bool got = false;
         {
             std::unique_lock<std::mutex> lock(job.mu);
             job.cv.wait_for(lock, k_poll, [&] { return !job.events.empty(); });
             if (!job.events.empty()) {
                 out->swap(job.events);
                 *all_done = job.n_unfinished == 0;
-                return true;
+                got = true;
             }
         }
-        if (!sink.alive()) return false;
+        const Clock::time_point now = Clock::now();
+        if (now >= *next_check) {
+            if (!client.alive()) return false;
+            *next_check = now + k_poll;
+        }
+        if (got) return true;
     }
 }
 
@@ -354,9 +363,10 @@ bool gen_write_stream(GenJob &job, ChunkSink &sink) {
     std::vector<bool> opened(job.choices.size(), false);
     std::deque<std::pair<int, GenEvent>> batch;
     bool all_done = false;
+    Clock::time_point next_check = Clock::now() + k_poll;
     while (!all_done) {
         batch.clear();
-        if (!next_events(job, sink, &batch, &all_done)) return false;
+        if (!next_events(job, sink, &next_check, &batch, &all_done)) return false;
         std::string out;
         for (auto &[i, ev] : batch) {
             if (ev.finish_reason == FinishReason::error) continue;  // reported once, below
@@ -402,23 +412,29 @@ bool gen_write_stream(GenJob &job, ChunkSink &sink) {
     return sink.write(tail);
 }
 
-bool gen_write_json(GenJob &job, ChunkSink &sink) {
+bool gen_collect_json(GenJob &job, ClientLink &client, GenResponse *out) {
     const size_t n = job.choices.size();
     std::vector<std::string> text(n);
     std::vector<json> lps(n, empty_logprobs(job.kind));
     std::deque<std::pair<int, GenEvent>> batch;
     bool all_done = false;
+    Clock::time_point next_check = Clock::now() + k_poll;
     while (!all_done) {
         batch.clear();
-        if (!next_events(job, sink, &batch, &all_done)) return false;
+        if (!next_events(job, client, &next_check, &batch, &all_done)) return false;
         for (auto &[i, ev] : batch) {
             text[i] += ev.text;
             if (job.n_logprobs >= 0) add_logprobs(job, ev, &lps[i]);
         }
     }
-    const std::string err = error_text(job);
-    // The 200 header is already out; the body still says what went wrong.
-    if (!err.empty()) return sink.write(api_error_json(api_error(500, "", err)));
+    // Nothing has been sent yet, so a failure in the engine (a KV policy or a
+    // forward step that failed, a sequence that no longer fits the KV pool)
+    // gets its own status; the other choices' text is dropped with it.
+    if (const std::string err = error_text(job); !err.empty()) {
+        out->http_status = 500;
+        out->body = api_error_json(api_error(500, "", err));
+        return true;
+    }
     json choices = json::array();
     for (size_t i = 0; i < n; ++i) {
         json c = {{"index", i}};
@@ -434,7 +450,9 @@ bool gen_write_json(GenJob &job, ChunkSink &sink) {
                  {"model", job.model},
                  {"choices", choices},
                  {"usage", usage_json(job)}};
-    return sink.write(dump(body));
+    out->http_status = 200;
+    out->body = dump(body);
+    return true;
 }
 
 }  // namespace sieve

@@ -2,11 +2,13 @@
 // tokenize, check against the context, submit one engine request per choice,
 // then turn engine events into OpenAI responses (one JSON body, or SSE chunks).
 //
-// The HTTP library is kept out of this file: output goes to a ChunkSink, which
-// the server backs with the connection. Split in two so that errors known
-// before any byte is sent (bad prompt, queue full) still get their own HTTP
-// status: gen_start() runs in the request handler, gen_write_*() in the
-// response writer after the 200 headers.
+// The HTTP library is kept out of this file: the server backs a ClientLink
+// (is the client still there?) and a ChunkSink (SSE output) with the
+// connection. Errors known before generation (bad prompt, queue full) come
+// from gen_start(). After it, a non-streamed answer is held until every
+// choice has finished (gen_collect_json), so an engine error still gets a 500;
+// a stream's 200 headers go out at once (gen_write_stream), and an engine
+// error arrives as an error event before `data: [DONE]`.
 #pragma once
 
 #include <atomic>
@@ -32,13 +34,25 @@ struct ServingModel {
     int64_t created = 0;   // unix seconds at start-up, for "created"
 };
 
-// Where a response body goes. write() returns false when the client is gone;
-// alive() also notices a peer that closed while nothing was being written.
-class ChunkSink {
+// The client of a request, polled while a writer waits for the engine:
+// alive() is false once the client closed or reset the connection.
+class ClientLink {
 public:
-    virtual ~ChunkSink() = default;
-    virtual bool write(const std::string &bytes) = 0;
+    virtual ~ClientLink() = default;
     virtual bool alive() = 0;
+};
+
+// Where a streamed body goes. write() returns false when the client is gone.
+class ChunkSink : public ClientLink {
+public:
+    virtual bool write(const std::string &bytes) = 0;
+};
+
+// A whole non-streamed answer: 200 with the completion object, or 500 with
+// an OpenAI error object when a choice failed in the engine.
+struct GenResponse {
+    int http_status = 200;
+    std::string body;
 };
 
 struct GenJob;  // shared between the handler, the writer and engine callbacks
@@ -48,10 +62,13 @@ struct GenJob;  // shared between the handler, the writer and engine callbacks
 std::shared_ptr<GenJob> gen_start(const ServingModel &m, ServerMetrics *metrics, const ApiRequest &req,
                                   std::atomic<int> *n_active, ApiError *err);
 
-// Writes the whole response; returns false when the client went away (the
-// caller then calls gen_abort). Blocks until every choice has finished.
+// Both block until every choice has finished and return false when the
+// client went away first (the caller then calls gen_abort).
+// The SSE stream, ending with `data: [DONE]` (after an error event when a
+// choice failed in the engine).
 bool gen_write_stream(GenJob &job, ChunkSink &sink);
-bool gen_write_json(GenJob &job, ChunkSink &sink);
+// The non-streamed answer, written by the caller once it is known.
+bool gen_collect_json(GenJob &job, ClientLink &client, GenResponse *out);
 
 // Cancels the choices that have not finished (client gone, shutdown).
 void gen_abort(GenJob &job);

@@ -1,23 +1,12 @@
 #include "sieve/server/http_server.h"
 
 #include <atomic>
-// Debian builds libcpp-httplib with these (see `pkg-config --cflags
-// cpp-httplib`); the header must see the same definitions as the library.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "sieve/core/log.h"
 #include "sieve/server/chat_page.h"
+#include "sieve/server/http_conn.h"
 #include "sieve/server/json_guard.h"
 #include "sieve/server/metrics.h"
 
@@ -40,15 +29,39 @@ private:
     httplib::DataSink &sink_;
 };
 
+// The client of a request whose response has not started.
+class RequestLink final : public ClientLink {
+public:
+    RequestLink(const ConnServer &svr, const httplib::Request &req) : svr_(svr), req_(req) {}
+    bool alive() override { return svr_.client_alive(req_); }
+
+private:
+    const ConnServer &svr_;
+    const httplib::Request &req_;
+};
+
+ConnOptions conn_options(const ServerOptions &o, ServerMetrics *metrics) {
+    ConnOptions c;
+    c.n_workers = o.n_http_threads;
+    c.read_timeout_s = o.read_timeout_s;
+    c.write_timeout_s = o.write_timeout_s;
+    c.idle_timeout_s = o.keep_alive_timeout_s;
+    c.keep_alive_max = o.keep_alive_max;
+    c.on_refused = [metrics](int status) { metrics->count_http_error(status); };
+    return c;
+}
+
 std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
 
 struct HttpServer::Impl {
+    explicit Impl(const ServerOptions &o) : opt(o), svr(conn_options(o, &metrics)) {}
+
     ServerOptions opt;
-    httplib::Server svr;
+    ServerMetrics metrics;  // before svr: its connection threads count refusals here
+    ConnServer svr;
     std::thread listener;
-    ServerMetrics metrics;
     std::atomic<bool> ready{false};
     std::atomic<bool> stopping{false};
     std::atomic<int> n_active{0};
@@ -89,14 +102,10 @@ void HttpServer::Impl::install_guards() {
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
     svr.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
-    svr.set_read_timeout(opt.read_timeout_s, 0);
-    svr.set_write_timeout(opt.write_timeout_s, 0);
+    // Timeouts, the keep-alive limits and the worker pool are ConnServer's
+    // (http_conn.h); these two only fill the Keep-Alive response header.
     svr.set_keep_alive_timeout(opt.keep_alive_timeout_s);
     svr.set_keep_alive_max_count(static_cast<size_t>(opt.keep_alive_max));
-    // Fixed pool: connections beyond it wait in the accept queue, threads
-    // are never created per connection.
-    const size_t n_threads = static_cast<size_t>(opt.n_http_threads);
-    svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
 
     svr.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
         if (static_cast<int>(req.headers.size()) > opt.max_headers) {
@@ -122,15 +131,27 @@ void HttpServer::Impl::install_guards() {
     svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request &req,
                                                                         httplib::Response &res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        // The library answers 400 to a body it could not read in full; when
+        // the read ran out of time, say so (a body shorter than its
+        // Content-Length, or one sent too slowly).
+        if (res.status == 400 && svr.read_timed_out(req)) res.status = 408;
         std::string msg;
         if (res.status == 404) msg = "unknown route " + req.method + " " + req.path;
         else if (res.status == 413) msg = strfmt("request body over the limit of %lld bytes", static_cast<long long>(opt.max_body_bytes));
+        else if (res.status == 408) msg = strfmt("the request body was not received within %d s (--timeout)", opt.read_timeout_s);
         else msg = strfmt("HTTP %d", res.status);
         const int status = res.status;
         send_error(res, api_error(status, "", msg));
         res.status = status;
         return httplib::Server::HandlerResponse::Handled;
     }));
+    // A request not read in full closes its connection after the answer
+    // (http_conn.h): the answer says so instead of offering keep-alive.
+    svr.set_post_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+        if (!svr.closes_after(req)) return;
+        res.headers.erase("Keep-Alive");
+        res.set_header("Connection", "close");
+    });
     svr.set_exception_handler([this](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
         std::string what = "internal error";
         try {
@@ -150,16 +171,31 @@ void HttpServer::Impl::handle_generate(const httplib::Request &req, httplib::Res
     if (!api_parse_request(req.body, kind, opt.limits, &ar, &err)) return send_error(res, err);
     std::shared_ptr<GenJob> job = gen_start(model, &metrics, ar, &n_active, &err);
     if (!job) return send_error(res, err);
-    const bool stream = ar.stream;
-    if (stream) res.set_header("Cache-Control", "no-cache");
-    // Non-streamed answers are chunked too: the writer then polls the socket
-    // while it waits, so a client that hangs up frees its sequence at once.
+    if (!ar.stream) {
+        // Headers wait until the answer is known, so an engine error gets a
+        // 500; meanwhile the connection is polled, so a client that hangs up
+        // frees its sequence at once.
+        RequestLink client(svr, req);
+        GenResponse out;
+        if (!gen_collect_json(*job, client, &out)) {
+            gen_abort(*job);
+            // Nobody reads this (nginx logs such a request as 499); the
+            // connection is closed after the write fails.
+            res.status = 499;
+            res.set_content(api_error_json(api_error(499, "", "the client closed the connection")), "application/json");
+            return;
+        }
+        if (out.http_status != 200) metrics.count_http_error(out.http_status);
+        res.status = out.http_status;
+        res.set_content(out.body, "application/json");
+        return;
+    }
+    res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        stream ? "text/event-stream" : "application/json",
-        [job, stream](size_t, httplib::DataSink &sink) {
+        "text/event-stream",
+        [job](size_t, httplib::DataSink &sink) {
             HttplibSink s(sink);
-            const bool ok = stream ? gen_write_stream(*job, s) : gen_write_json(*job, s);
-            if (!ok) {
+            if (!gen_write_stream(*job, s)) {
                 gen_abort(*job);
                 return false;
             }
@@ -258,8 +294,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerOptions &opt)
     if (opt.n_http_threads < 1) return Status::errorf("HTTP threads: expected >= 1, got %d", opt.n_http_threads);
     if (opt.max_body_bytes < 1024)
         return Status::errorf("body limit: expected >= 1024 bytes, got %lld", static_cast<long long>(opt.max_body_bytes));
-    auto impl = std::make_unique<Impl>();
-    impl->opt = opt;
+    auto impl = std::make_unique<Impl>(opt);
     impl->install_guards();
     impl->install_routes();
     if (opt.port == 0) {
@@ -298,6 +333,7 @@ void HttpServer::stop() {
     impl_->stopping.store(true);
     impl_->svr.stop();
     if (impl_->listener.joinable()) impl_->listener.join();
+    impl_->svr.close_connections();
 }
 
 }  // namespace sieve

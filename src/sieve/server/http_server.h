@@ -9,7 +9,8 @@
 // denial-of-service issues, so every limit is set here explicitly rather than
 // trusted to defaults: body size (413), header count (431), request line and
 // header line length (8 KiB, compiled into the library), read / write / idle
-// timeouts, keep-alive request count, and a fixed worker pool.
+// timeouts, keep-alive request count, and a fixed worker pool that idle and
+// slow clients cannot occupy (http_conn.h).
 //
 // Lifecycle: create() binds the port, start() begins answering (/health says
 // 503 "loading" until set_model()), begin_shutdown() turns new generation
@@ -32,10 +33,10 @@ struct ServerOptions {
     std::string api_key;                  // non-empty: /v1/* and /tokenize need "Authorization: Bearer KEY"
     int64_t max_body_bytes = 8 << 20;     // larger bodies get 413
     int max_headers = 64;                 // more header lines get 431
-    int n_http_threads = 64;              // concurrent connections being served
-    int read_timeout_s = 30;              // per read of the request
+    int n_http_threads = 64;              // requests read, handled and answered at once (http_conn.h)
+    int read_timeout_s = 30;              // a request head from its first byte (408); then its body (408)
     int write_timeout_s = 30;             // per write of the response
-    int keep_alive_timeout_s = 5;         // idle time between requests on one connection
+    int keep_alive_timeout_s = 5;         // idle time before the first and between requests on one connection
     int keep_alive_max = 100;             // requests per connection
     ApiLimits limits;
 };
