@@ -395,5 +395,159 @@ TEST(KvPagePool, MoreTwoMiBPagesThanTheSystemHas) {
     EXPECT_TRUE(pool.check_accounting().ok());
 }
 
+// ---------------------------------------------------------------------------
+// Prefix cache
+// ---------------------------------------------------------------------------
+
+// 1 layer, 1 KV head, 8-float rows: 128 rows a 4 KiB page, 2 lanes a slot.
+std::unique_ptr<VAttentionKv> prefix_store(int64_t n_pages, int64_t block = 16) {
+    VAttentionKvOptions o;
+    o.shape = KvShape{3, 1, 1, 8};
+    o.max_ctx = 512;
+    o.pool.page_bytes = 4096;
+    o.pool.budget_bytes = n_pages * 4096;
+    o.headroom_pages = 0;
+    o.prefix_block_rows = block;
+    auto r = VAttentionKv::create(o);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::move(r.value()) : nullptr;
+}
+
+// Fills slot s with n rows whose values come from the tokens (row i of K:
+// tokens[i] + 0.5 in every column, V the negative), like a model's KV.
+void fill_from_tokens(VAttentionKv &kv, int s, const std::vector<int32_t> &tokens) {
+    const int64_t n0 = kv.n_pos(s), n = static_cast<int64_t>(tokens.size());
+    ASSERT_TRUE(kv.reserve(s, n).ok());
+    float *k = kv.k_lane(s, 0, 0), *v = kv.v_lane(s, 0, 0);
+    for (int64_t i = n0; i < n; ++i)
+        for (int c = 0; c < 8; ++c) {
+            k[i * 8 + c] = static_cast<float>(tokens[static_cast<size_t>(i)]) + 0.5f;
+            v[i * 8 + c] = -k[i * 8 + c];
+        }
+    kv.set_n_pos(s, n);
+}
+
+std::vector<int32_t> tokens_from(int32_t start, int64_t n) {
+    std::vector<int32_t> t;
+    for (int64_t i = 0; i < n; ++i) t.push_back(start + static_cast<int32_t>(i * 7 % 1000));
+    return t;
+}
+
+TEST(KvPrefixCache, RejectsShapesWhereBlocksWouldStraddlePages) {
+    const KvShape six{1, 1, 1, 6};  // 24-byte rows do not divide a page
+    EXPECT_NE(VAttentionKv::prefix_block_check(six, 4096, 16).find("straddle"), std::string::npos);
+    const KvShape eight{1, 1, 1, 8};  // 128 rows a page
+    EXPECT_NE(VAttentionKv::prefix_block_check(eight, 4096, 48).find("neither divide"), std::string::npos);
+    EXPECT_EQ(VAttentionKv::prefix_block_check(eight, 4096, 16), "");
+    EXPECT_EQ(VAttentionKv::prefix_block_check(eight, 4096, 256), "");
+    VAttentionKvOptions o;
+    o.shape = six;
+    o.max_ctx = 64;
+    o.pool.page_bytes = 4096;
+    o.pool.budget_bytes = 8 * 4096;
+    o.prefix_block_rows = 16;
+    auto r = VAttentionKv::create(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("prefix cache"), std::string::npos) << r.status().message();
+}
+
+// Publish a 200-row slot, attach 192 rows of it into another slot: the rows
+// are the same bytes with no new page, the next write copies the page the hit
+// ends in, and the cached rows stay what they were.
+TEST(KvPrefixCache, AttachMapsTheSameRowsAndCopiesOnTheFirstWrite) {
+    auto kv = prefix_store(16);
+    ASSERT_TRUE(kv);
+    const std::vector<int32_t> a = tokens_from(1, 200);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, a));
+    kv->prefix_publish(0, a.data(), 200, /*whole_pages_only=*/true);
+    EXPECT_EQ(kv->prefix_stats().n_blocks, 8) << "only the first page (128 rows) is whole";
+    kv->prefix_publish(0, a.data(), 200, false);
+    EXPECT_EQ(kv->prefix_stats().n_blocks, 12);
+    std::vector<int32_t> b = a;
+    b.resize(230);
+    for (size_t i = 200; i < b.size(); ++i) b[i] = 5000 + static_cast<int32_t>(i);
+    const PrefixHit hit = kv->prefix_lookup(b.data(), 230, 229);
+    EXPECT_EQ(hit.rows, 192);
+    EXPECT_EQ(hit.pages_taken, 0) << "slot 0 still maps both pages";
+    EXPECT_EQ(hit.pages_new, 2 * (2 - 1)) << "the page rows 128..191 sit in is copied on write";
+    const int64_t free0 = kv->n_free_pages();
+    ASSERT_TRUE(kv->prefix_attach(1, b.data(), 192).ok());
+    EXPECT_EQ(kv->n_free_pages(), free0);
+    EXPECT_EQ(kv->n_pos(1), 192);
+    EXPECT_EQ(std::memcmp(kv->k_lane(1, 0, 0), kv->k_lane(0, 0, 0), 192 * 32), 0);
+    EXPECT_EQ(kv->pages_to_reserve(1, 230), hit.pages_new);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 1, b));
+    EXPECT_EQ(kv->n_free_pages(), free0 - hit.pages_new);
+    EXPECT_EQ(kv->k_lane(0, 0, 0)[199 * 8], 1.5f + static_cast<float>(199 * 7 % 1000)) << "slot 0 untouched";
+    EXPECT_EQ(kv->k_lane(1, 0, 0)[199 * 8], 1.5f + static_cast<float>(199 * 7 % 1000));
+    EXPECT_EQ(kv->k_lane(1, 0, 0)[210 * 8], 5210.5f);
+    EXPECT_TRUE(kv->check_accounting().ok());
+    // A different first block shares nothing, whatever follows.
+    std::vector<int32_t> c = a;
+    c[3] = 999999;
+    EXPECT_EQ(kv->prefix_lookup(c.data(), 200, 199).rows, 0);
+}
+
+// Pages only the cache holds count free; when the pool runs dry they are
+// taken back least recently used first, a chain's tail before its head.
+TEST(KvPrefixCache, CachedPagesAreFreeAndEvictedLeastRecentlyUsedFirst) {
+    auto kv = prefix_store(8);  // 4 slots' worth of one 128-row page per lane
+    ASSERT_TRUE(kv);
+    const std::vector<int32_t> a = tokens_from(1, 256), b = tokens_from(2000, 128);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, a));  // 2 pages a lane
+    kv->prefix_publish(0, a.data(), 256, false);
+    kv->release(0);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 1, b));  // 1 page a lane
+    kv->prefix_publish(1, b.data(), 128, false);
+    kv->release(1);
+    EXPECT_EQ(kv->pool().n_free(), 2);
+    EXPECT_EQ(kv->n_free_pages(), 8) << "cached pages count as free";
+    EXPECT_EQ(kv->prefix_stats().n_pages_only, 6);
+    // Touch a's first block only: b is now the least recently used chain
+    // except for a's tail blocks, which are older than a's head.
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 256, 16).rows, 16);
+    std::vector<int32_t> head(a.begin(), a.begin() + 17);
+    ASSERT_TRUE(kv->prefix_attach(2, head.data(), 16).ok());
+    kv->release(2);
+    // 4 new pages (2 rows' pages a lane): the 2 free ones, then the oldest
+    // cached page a lane: a's second page (its tail), not a's head, not b.
+    const std::vector<int32_t> d = tokens_from(7000, 200);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, d));
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 256, 255).rows, 128) << "a keeps its head page";
+    EXPECT_EQ(kv->prefix_lookup(b.data(), 128, 128).rows, 128) << "b untouched";
+    EXPECT_GT(kv->prefix_stats().n_blocks_evicted, 0);
+    EXPECT_TRUE(kv->check_accounting().ok());
+    kv->release(0);
+    kv->prefix_clear();
+    EXPECT_EQ(kv->pool().n_free(), 8);
+    EXPECT_TRUE(kv->check_accounting().ok());
+}
+
+// A rewrite below what a slot published restarts its chain: the new rows are
+// published under their own tokens, the old ones stay cached under theirs.
+TEST(KvPrefixCache, RollbackAndRewriteRepublishUnderTheNewTokens) {
+    auto kv = prefix_store(16);
+    ASSERT_TRUE(kv);
+    const std::vector<int32_t> a = tokens_from(1, 64);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, a));
+    kv->prefix_publish(0, a.data(), 64, false);
+    kv->set_n_pos(0, 20);
+    std::vector<int32_t> b(a.begin(), a.begin() + 20);
+    for (int i = 0; i < 44; ++i) b.push_back(3000 + i);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, b));
+    kv->prefix_publish(0, b.data(), 64, false);
+    // b's block 0 is a's (one page); its blocks 1..3 are on the slot's copy of
+    // that page: the attach gathers them into a fresh page.
+    EXPECT_EQ(kv->prefix_lookup(b.data(), 64, 64).pages_copied, 2);
+    for (const std::vector<int32_t> *t : std::vector<const std::vector<int32_t> *>{&a, &b}) {
+        ASSERT_TRUE(kv->prefix_lookup(t->data(), 64, 64).rows == 64);
+        ASSERT_TRUE(kv->prefix_attach(1, t->data(), 64).ok());
+        for (int64_t i = 0; i < 64; ++i)
+            ASSERT_EQ(kv->k_lane(1, 0, 0)[i * 8], static_cast<float>((*t)[static_cast<size_t>(i)]) + 0.5f) << i;
+        kv->release(1);
+    }
+    EXPECT_TRUE(kv->check_accounting().ok());
+}
+
 }  // namespace
 }  // namespace sieve

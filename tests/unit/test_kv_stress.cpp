@@ -247,10 +247,11 @@ public:
         if (hit.rows == 0) return;
         ASSERT_TRUE(kv_->prefix_attach(s, toks.data(), hit.rows).ok());
         ++n_attached_;
-        ASSERT_EQ(kv_->n_free_pages(), free0 - hit.pages_taken);
+        ASSERT_EQ(kv_->n_free_pages(), free0 - hit.pages_taken - hit.pages_copied);
+        n_gathered_ += hit.pages_copied;
         // Growing to n maps the rest and copies the page the hit ends inside.
         if (n > hit.rows) {
-            ASSERT_EQ(kv_->pages_to_reserve(s, n), hit.pages_new);
+            ASSERT_EQ(kv_->pages_to_reserve(s, n), hit.pages_new - hit.pages_copied);
         }
         std::vector<int32_t> &t = sh_.tokens[static_cast<size_t>(s)];
         std::vector<uint64_t> &rh = sh_.row_hash[static_cast<size_t>(s)];
@@ -426,6 +427,9 @@ public:
         if (prefix_) {
             const PrefixCacheStats ps = kv_->prefix_stats();
             EXPECT_GT(n_attached_, 500) << "prefix hits mapped";
+            if (ps.block_rows < 4096 / (dim_ * 4)) {
+                EXPECT_GT(n_gathered_, 0) << "no attach ever gathered a page from blocks of several copies";
+            }
             EXPECT_GT(ps.n_blocks_evicted, 0) << "the cache was never evicted under pressure";
             // Idle: every page is free or only cached, and counted free.
             EXPECT_EQ(kv_->n_free_pages(), kv_->pool().n_pages());
@@ -444,6 +448,7 @@ private:
     std::unique_ptr<VAttentionKv> kv_;
     Shadow sh_;
     int64_t n_attached_ = 0;
+    int64_t n_gathered_ = 0;  // pages an attach assembled from blocks of several cached pages
     int64_t n_refused_ = 0;
     int64_t n_swapped_ = 0;
     int op_ = 0;

@@ -32,8 +32,9 @@ struct KvSwapImage {
 // What the prefix cache could give a sequence (KvSpace::prefix_lookup).
 struct PrefixHit {
     int64_t rows = 0;         // leading rows whose KV is cached (whole blocks)
-    int64_t pages_taken = 0;  // cached pages it would map that count as free now (cache-only)
-    int64_t pages_new = 0;    // pool pages a sequence of n_total rows still needs after the hit
+    int64_t pages_taken = 0;   // cached pages it would map that count as free now (cache-only)
+    int64_t pages_new = 0;     // pool pages a sequence of n_total rows still needs after the hit
+    int64_t pages_copied = 0;  // ... of them taken by the attach itself (pages gathered from several cached ones)
 };
 
 struct PrefixCacheStats {
@@ -74,8 +75,10 @@ public:
     // rows, and what a sequence of n_tokens rows placed with it costs.
     virtual PrefixHit prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) = 0;
     // Maps the cached KV of tokens[0, n_rows) (a prefix_lookup() answer) into
-    // the empty slot seq: n_pos(seq) = n_rows. The first write past it copies
-    // the page it lands in (copy on write). On an error the slot is released.
+    // the empty slot seq: n_pos(seq) = n_rows. A page whose blocks come from
+    // several cached pages is gathered into a fresh one; the first write past
+    // the hit copies the page it lands in (copy on write). On an error the
+    // slot is released.
     virtual Status prefix_attach(int seq, const int32_t *tokens, int64_t n_rows) = 0;
     // Offers the KV of slot seq for tokens[0, n_rows) to the cache, when every
     // lane of the slot is dense (never compacted): whole blocks only, and with

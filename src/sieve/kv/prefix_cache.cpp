@@ -37,9 +37,9 @@ uint64_t PrefixCache::chain_hash(uint64_t parent, const int32_t *tokens, int64_t
     return h;
 }
 
-void PrefixCache::touch(uint64_t h, Entry &e) {
+void PrefixCache::touch(uint64_t h, Entry &e, uint64_t now) {
     lru_.erase(LruKey{e.last_use, -e.depth, h});
-    e.last_use = ++clock_;
+    e.last_use = now;
     lru_.insert(LruKey{e.last_use, -e.depth, h});
 }
 
@@ -50,7 +50,7 @@ const int32_t *PrefixCache::find(uint64_t parent, uint64_t h, const int32_t *tok
     if (e.parent != parent ||
         std::memcmp(e.tokens.data(), tokens, static_cast<size_t>(block_rows_) * sizeof(int32_t)) != 0)
         return nullptr;
-    if (touch_it) touch(h, e);
+    if (touch_it) touch(h, e, tick());
     return e.pages.data();
 }
 
@@ -68,27 +68,27 @@ int64_t PrefixCache::match(const int32_t *tokens, int64_t n_blocks, std::vector<
         parent = h;
     }
     if (touch_them) {
-        // Deepest first gets the oldest stamp of the chain, so among blocks
-        // used together the tail is evicted first and the chain stays whole.
+        // One use time for the chain: among its blocks the tail is evicted
+        // first, so what stays is still a whole prefix.
+        const uint64_t now = tick();
         parent = k_seed;
-        std::vector<uint64_t> hs;
         for (int64_t j = 0; j < k; ++j) {
             parent = chain_hash(parent, tokens + j * block_rows_, block_rows_);
-            hs.push_back(parent);
+            touch(parent, entries_.at(parent), now);
         }
-        for (int64_t j = k - 1; j >= 0; --j) touch(hs[static_cast<size_t>(j)], entries_.at(hs[static_cast<size_t>(j)]));
     }
     return k;
 }
 
-bool PrefixCache::insert(uint64_t parent, uint64_t h, int64_t depth, const int32_t *tokens, const int32_t *pages) {
+bool PrefixCache::insert(uint64_t parent, uint64_t h, int64_t depth, const int32_t *tokens, const int32_t *pages,
+                         uint64_t now) {
     auto it = entries_.find(h);
     if (it != entries_.end()) {
         Entry &e = it->second;
         if (e.parent != parent ||
             std::memcmp(e.tokens.data(), tokens, static_cast<size_t>(block_rows_) * sizeof(int32_t)) != 0)
             return false;
-        touch(h, e);
+        touch(h, e, now);
         return true;
     }
     Entry e;
@@ -98,7 +98,7 @@ bool PrefixCache::insert(uint64_t parent, uint64_t h, int64_t depth, const int32
     e.pages.assign(pages, pages + n_lanes_ * ppb_);
     for (int32_t p : e.pages)
         if (page_uses_[p]++ == 0) pool_.cache_hold(p);
-    e.last_use = ++clock_;
+    e.last_use = now;
     lru_.insert(LruKey{e.last_use, -e.depth, h});
     entries_.emplace(h, std::move(e));
     return true;
@@ -126,13 +126,18 @@ bool PrefixCache::frees_a_page(const Entry &e) const {
 
 int64_t PrefixCache::evict(int64_t want_free) {
     int64_t n = 0;
-    for (auto k = lru_.begin(); k != lru_.end() && pool_.n_free() < want_free;) {
-        const uint64_t h = std::get<2>(*k);
-        ++k;  // drop() erases the key we stand on
+    // Each entry is looked at once. One whose pages running sequences map
+    // too is in use: it moves to the recent end, so the next call does not
+    // walk past it again.
+    for (size_t i = 0, n_keys = lru_.size(); i < n_keys && pool_.n_free() < want_free; ++i) {
+        const uint64_t h = std::get<2>(*lru_.begin());
         auto it = entries_.find(h);
-        if (!frees_a_page(it->second)) continue;
-        drop(it);
-        ++n;
+        if (frees_a_page(it->second)) {
+            drop(it);
+            ++n;
+        } else {
+            touch(h, it->second, tick());
+        }
     }
     return n;
 }

@@ -66,18 +66,22 @@ public:
     // first miss). touch = mark them used now (LRU).
     int64_t match(const int32_t *tokens, int64_t n_blocks, std::vector<const int32_t *> *pages, bool touch);
 
+    // A new use time. Blocks used together share one, so among them the
+    // deepest is evicted first (the LRU order is (time, -depth)).
+    uint64_t tick() { return ++clock_; }
     // Adds block k (hash h, parent hash parent) with the given pages
-    // [n_lanes * pages_per_block], unless a block of that hash is cached: then
-    // that one is only touched. Returns false when the hash is taken by other
-    // tokens (a collision: the block is simply not cached).
-    bool insert(uint64_t parent, uint64_t h, int64_t depth, const int32_t *tokens, const int32_t *pages);
+    // [n_lanes * pages_per_block] and use time `now`, unless a block of that
+    // hash is cached: then that one is only touched. Returns false when the
+    // hash is taken by other tokens (a collision: the block is simply not
+    // cached).
+    bool insert(uint64_t parent, uint64_t h, int64_t depth, const int32_t *tokens, const int32_t *pages, uint64_t now);
     // The cached entry for hash h whose parent and tokens match, or null.
     const int32_t *find(uint64_t parent, uint64_t h, const int32_t *tokens, bool touch);
 
     // Drops least recently used entries until the pool has `want` free pages
     // or no entry whose eviction could free a page is left. Entries whose
-    // pages all are mapped by lanes too are kept (dropping them frees nothing).
-    // Returns the entries dropped.
+    // pages all are mapped by lanes too are in use: kept (dropping them frees
+    // nothing) and marked used now. Returns the entries dropped.
     int64_t evict(int64_t want_free);
     // Drops every entry.
     void clear();
@@ -95,7 +99,7 @@ private:
     };
     using LruKey = std::tuple<uint64_t, int64_t, uint64_t>;  // (last_use, -depth, hash)
 
-    void touch(uint64_t h, Entry &e);
+    void touch(uint64_t h, Entry &e, uint64_t now);
     void drop(std::unordered_map<uint64_t, Entry>::iterator it);
     bool frees_a_page(const Entry &e) const;
 

@@ -308,7 +308,12 @@ Status VAttentionKv::reserve(int seq, int64_t n_pos) {
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
         total_need += std::max<int64_t>(0, pages_for_rows(ln.rows + delta) - static_cast<int64_t>(ln.pages.size()));
+        total_need += shared_pages(ln, ln.rows, ln.rows + delta);  // copies on write
     }
+    // What must be taken back (idle slots' pages, the prefix cache's, other
+    // slots' headroom) is taken in one sweep here, not page by page as the
+    // lanes grow.
+    if (pool_->n_free() < total_need) reclaim(total_need, seq);
     const int64_t headroom = pool_->n_free() >= total_need + lanes_per_seq * headroom_ ? headroom_ : 0;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
@@ -724,19 +729,20 @@ bool VAttentionKv::slot_dense(int seq) const {
     return true;
 }
 
-// Blocks that share a lane page must come from one physical page: a page is
-// mapped whole, so block k can join a hit only if its entry holds the same
-// pages as the first block of its page (blocks of one page may have been
-// published by different sequences, each from its own copy).
-int64_t VAttentionKv::prefix_usable(const std::vector<const int32_t *> &chain, int64_t nb) const {
-    if (prefix_->pages_per_block() > 1) return nb;  // every block has whole pages of its own
+// The source of lane page j of a hit of nb blocks, for lane i: the pool page
+// to map, or -1 when the page's blocks come from different pool pages (blocks
+// of one page can be published by different sequences, each from its own
+// copy) and must be gathered into a fresh page.
+int32_t VAttentionKv::prefix_page_source(const std::vector<const int32_t *> &chain, int64_t nb, int64_t lane,
+                                         int64_t j) const {
+    const int64_t ppb = prefix_->pages_per_block();
+    if (ppb > 1) return chain[static_cast<size_t>(j / ppb)][lane * ppb + j % ppb];  // whole pages per block
     const int64_t per_page = rows_per_page() / prefix_->block_rows();
-    const size_t n = static_cast<size_t>(shape_.n_layer * shape_.n_head_kv * 2) * sizeof(int32_t);
-    for (int64_t k = 0; k < nb; ++k) {
-        const int32_t *lead = chain[static_cast<size_t>(k / per_page * per_page)];
-        if (std::memcmp(chain[static_cast<size_t>(k)], lead, n) != 0) return k;
-    }
-    return nb;
+    const int64_t k0 = j * per_page, k1 = std::min(nb, k0 + per_page);
+    const int32_t lead = chain[static_cast<size_t>(k0)][lane];
+    for (int64_t k = k0 + 1; k < k1; ++k)
+        if (chain[static_cast<size_t>(k)][lane] != lead) return -1;
+    return lead;
 }
 
 PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) {
@@ -746,22 +752,23 @@ PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, i
     if (!prefix_) return hit;
     const int64_t b = prefix_->block_rows();
     static thread_local std::vector<const int32_t *> chain;
-    int64_t nb = prefix_->match(tokens, std::max<int64_t>(0, std::min(n_max, n_tokens)) / b, &chain, false);
-    nb = prefix_usable(chain, nb);
+    const int64_t nb = prefix_->match(tokens, std::max<int64_t>(0, std::min(n_max, n_tokens)) / b, &chain, false);
     hit.rows = nb * b;
     if (nb == 0) return hit;
-    // Whole pages of the hit are shared as they are; the page the hit ends
-    // inside (if any) is copied at the first write, so it is counted new.
-    const int64_t rpp = rows_per_page();
-    hit.pages_new -= lanes_per_seq * (hit.rows / rpp);
-    // Distinct cache-only pages among those the hit maps stop counting as free.
-    const int64_t ppb = prefix_->pages_per_block();
-    const int64_t n_pages = pages_for_rows(hit.rows);
+    // A page mapped from the cache costs nothing new when the hit covers it
+    // whole; the page the hit ends inside is copied at the first write, and
+    // a gathered page is a fresh one: both count as new. Mapped cache-only
+    // pages stop counting as free.
+    const int64_t whole = hit.rows / rows_per_page(), n_pages = pages_for_rows(hit.rows);
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         for (int64_t j = 0; j < n_pages; ++j) {
-            const int32_t pg = ppb == 1 ? chain[static_cast<size_t>(j * rpp / b)][i]
-                                        : chain[static_cast<size_t>(j / ppb)][i * ppb + j % ppb];
-            hit.pages_taken += pool_->refcount(pg) == 1;
+            const int32_t src = prefix_page_source(chain, nb, i, j);
+            if (src < 0) {
+                ++hit.pages_copied;
+                continue;
+            }
+            hit.pages_new -= j < whole;
+            hit.pages_taken += pool_->refcount(src) == 1;
         }
     }
     return hit;
@@ -782,25 +789,42 @@ Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_row
     }
     const int64_t nb = n_rows / b;
     std::vector<const int32_t *> chain;
-    if (prefix_usable(chain, prefix_->match(tokens, nb, &chain, /*touch=*/true)) != nb)
+    if (prefix_->match(tokens, nb, &chain, /*touch=*/true) != nb)
         return Status::errorf("KV prefix_attach(slot %d): the cache no longer holds %lld rows of this prefix", seq,
                               static_cast<long long>(n_rows));
-    const int64_t rpp = rows_per_page(), ppb = prefix_->pages_per_block();
+    const int64_t rpp = rows_per_page();
     const int64_t k = pages_for_rows(n_rows);
+    std::vector<int64_t> gathered;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
         Lane &ln = lanes_[l];
         // Lane pages [0, k) are replaced in place (mmap MAP_FIXED); the old
         // ones (a previous sequence's cached pages) go back after the mapping.
         std::vector<int32_t> old(ln.pages.begin(), ln.pages.begin() + std::min<int64_t>(k, ln.pages.size()));
+        std::vector<int32_t> fresh(static_cast<size_t>(k), -1);
+        gathered.clear();
+        for (int64_t j = 0; j < k; ++j) {
+            if (prefix_page_source(chain, nb, i, j) >= 0) continue;
+            auto pg = alloc_page(seq);
+            if (!pg.ok()) {
+                for (int32_t p : fresh)
+                    if (p >= 0) pool_->release(p);
+                release(seq);
+                return pg.status().with_context("KV prefix_attach");
+            }
+            fresh[static_cast<size_t>(j)] = *pg;
+            gathered.push_back(j);
+        }
         if (static_cast<int64_t>(ln.pages.size()) < k) {
             n_mapped_ += k - static_cast<int64_t>(ln.pages.size());
             ln.pages.resize(static_cast<size_t>(k));
         }
         for (int64_t j = 0; j < k; ++j) {
-            const int32_t pg = ppb == 1 ? chain[static_cast<size_t>(j * rpp / b)][i]
-                                        : chain[static_cast<size_t>(j / ppb)][i * ppb + j % ppb];
-            pool_->add_ref(pg);
+            int32_t pg = fresh[static_cast<size_t>(j)];
+            if (pg < 0) {
+                pg = prefix_page_source(chain, nb, i, j);
+                pool_->add_ref(pg);
+            }
             ln.pages[static_cast<size_t>(j)] = pg;
         }
         Status st = map_range(l, 0, k, false);
@@ -808,6 +832,26 @@ Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_row
         if (!st.ok()) {
             release(seq);
             return st.with_context("KV prefix_attach");
+        }
+        // A gathered page: each block's rows from the page its entry holds.
+        for (int64_t j : gathered) {
+            for (int64_t kb = j * rpp / b; kb < std::min(nb, (j + 1) * rpp / b); ++kb) {
+                const int64_t off = (kb * b % rpp) * row_bytes_, n = b * row_bytes_;
+                const int32_t src = chain[static_cast<size_t>(kb)][i];
+                char *dst = lane_addr(l) + kb * b * row_bytes_;
+                for (int64_t done = 0; done < n;) {
+                    const ssize_t r = pread(pool_->fd(), dst + done, static_cast<size_t>(n - done),
+                                            pool_->file_offset(src) + off + done);
+                    if (r <= 0) {
+                        if (r < 0 && errno == EINTR) continue;
+                        Status e = Status::errorf("KV prefix_attach: reading cached page %d failed: %s", src,
+                                                  r < 0 ? std::strerror(errno) : "end of file");
+                        release(seq);
+                        return e;
+                    }
+                    done += r;
+                }
+            }
         }
         ln.rows = n_rows;
         ln.cap = 0;
@@ -839,6 +883,7 @@ void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows
     Published &pub = published_[static_cast<size_t>(seq)];
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     std::vector<int32_t> pages(static_cast<size_t>(lanes_per_seq * ppb));
+    const uint64_t now = pub.n_blocks < nb ? prefix_->tick() : 0;
     for (int64_t k = pub.n_blocks; k < nb; ++k) {
         const int32_t *t = tokens + k * b;
         const uint64_t h = PrefixCache::chain_hash(pub.hash, t, b);
@@ -850,7 +895,7 @@ void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows
         }
         // A hash taken by other tokens (a collision) ends the chain here:
         // blocks after it could never be found anyway.
-        if (!prefix_->insert(pub.hash, h, k, t, pages.data())) return;
+        if (!prefix_->insert(pub.hash, h, k, t, pages.data(), now)) return;
         pub.hash = h;
         pub.n_blocks = k + 1;
     }

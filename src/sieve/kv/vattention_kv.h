@@ -218,8 +218,9 @@ private:
     int64_t shared_pages(const Lane &ln, int64_t row_begin, int64_t row_end) const;
     // Every lane of the slot holds one row per position (never compacted).
     bool slot_dense(int seq) const;
-    // How many of the nb matched blocks can be mapped together.
-    int64_t prefix_usable(const std::vector<const int32_t *> &chain, int64_t nb) const;
+    // The pool page to map as lane page j of lane `lane` for a hit of nb
+    // blocks, or -1 when that page's blocks must be gathered into a fresh one.
+    int32_t prefix_page_source(const std::vector<const int32_t *> &chain, int64_t nb, int64_t lane, int64_t j) const;
     int64_t rows_per_page() const { return pool_->page_bytes() / row_bytes_; }
     // Grows the position arrays of seq's lanes for delta more rows.
     void grow_positions(int seq, int64_t delta);
