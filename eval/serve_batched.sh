@@ -27,14 +27,7 @@ ctx=$((in_len + out_len + 16))
 vocab=$("$sieve" info "$model" 2>/dev/null | sed -n 's/.*n_vocab *\([0-9]\+\).*/\1/p' | head -1)
 vocab=${vocab:-49152}
 
-wait_up() {
-    for _ in $(seq 1 900); do
-        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "server did not come up" >&2
-    return 1
-}
+. "$(dirname "$0")/serve_common.sh"
 
 run_points() {  # $1 label, $2 concurrencies
     for c in $2; do
@@ -47,7 +40,7 @@ run_points() {  # $1 label, $2 concurrencies
 
 "$sieve" serve -m "$model" --port $port -np "$max_c" -c "$ctx" -t "$threads" > "$out/server_sieve.log" 2>&1 &
 srv=$!
-wait_up
+wait_up "$port"
 run_points sieve "$conc"
 kill "$srv"; wait "$srv" 2>/dev/null || true
 
@@ -55,7 +48,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
     "$LLAMA_SERVER" -m "$model" --port $port -np "$max_c" -c $((max_c * ctx)) -t "$threads" -fa on \
         > "$out/server_llama.log" 2>&1 &
     srv=$!
-    wait_up
+    wait_up "$port"
     run_points llama-server "$llama_conc"
     kill "$srv"; wait "$srv" 2>/dev/null || true
 fi

@@ -35,14 +35,7 @@ fi
 echo "KV memory: $KV_MEMORY bytes" | tee "$out/config.txt"
 port=18181
 
-wait_up() {
-    for _ in $(seq 1 600); do
-        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "server did not come up" >&2
-    return 1
-}
+. "$(dirname "$0")/serve_common.sh"
 
 # Polls /metrics until the file $1.stop exists; writes "max_running preemptions".
 poll_metrics() {
@@ -77,7 +70,7 @@ for p in $policies; do
     "$sieve" serve -m "$model" --port $port -np 16 -c $((in_len + out_len + 16)) -t "$threads" \
         --kv-memory "$KV_MEMORY" --kv-page-size 16KiB --kv-policy "$p" > "$out/server_$label.log" 2>&1 &
     srv=$!
-    wait_up
+    wait_up "$port"
     run_points "sieve_$label" "$conc"
     curl -s "http://127.0.0.1:$port/metrics" > "$out/metrics_$label.txt"
     kill -TERM $srv
@@ -89,7 +82,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
     "$LLAMA_SERVER" -m "$model" --port $port -np 2 -c $((2 * (in_len + out_len + 16))) -t "$threads" -fa on \
         > "$out/server_llama.log" 2>&1 &
     srv=$!
-    wait_up
+    wait_up "$port"
     run_points "llama" "${LLAMA_CONC:-8}"
     kill -TERM $srv
     wait $srv || true

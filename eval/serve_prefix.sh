@@ -28,14 +28,7 @@ ctx=$((prefix + in_len + out_len + 16))
 vocab=$("$sieve" info "$model" 2>/dev/null | sed -n 's/.*n_vocab *\([0-9]\+\).*/\1/p' | head -1)
 vocab=${vocab:-49152}
 
-wait_up() {
-    for _ in $(seq 1 900); do
-        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "server did not come up" >&2
-    return 1
-}
+. "$(dirname "$0")/serve_common.sh"
 
 bench() {  # $1 label
     "$sieve" bench-serve "http://127.0.0.1:$port" --random-prefix-len "$prefix" --input-len "$in_len" \
@@ -49,7 +42,7 @@ serve_sieve() {  # $1 label, then extra serve flags
     shift
     "$sieve" serve -m "$model" --port $port -np "$conc" -c "$ctx" -t "$threads" "$@" > "$out/server_$label.log" 2>&1 &
     srv=$!
-    wait_up
+    wait_up "$port"
     bench "$label"
     kill "$srv"
     wait "$srv" 2>/dev/null || true
@@ -62,7 +55,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
     "$LLAMA_SERVER" -m "$model" --port $port -np "$conc" -c $((conc * ctx)) -t "$threads" -fa on \
         > "$out/server_llama.log" 2>&1 &
     srv=$!
-    wait_up
+    wait_up "$port"
     bench llama-server
     kill "$srv"
     wait "$srv" 2>/dev/null || true

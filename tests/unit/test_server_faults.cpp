@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_fixture.h"
 #include "sieve/engine/engine.h"
 #include "sieve/gguf/gguf.h"
 #include "sieve/model/model.h"
@@ -30,8 +31,6 @@ namespace sieve {
 namespace {
 
 using json = nlohmann::json;
-
-const std::string k_model = std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf";
 
 // Fails every request at point 1 (after its prefill), as a policy that
 // cannot act on a sequence would.
@@ -102,18 +101,10 @@ void expect_error_then_done(const std::string &body) {
     EXPECT_EQ(evs[evs.size() - 2].rfind("{\"error\"", 0), 0u) << "the error is the event before [DONE]: " << body;
 }
 
-class ServerFaults : public ::testing::Test {
+class ServerFaults : public EngineFixture {
 protected:
     void SetUp() override {
-        auto f = GgufFile::open(k_model);
-        ASSERT_TRUE(f.ok()) << f.status().message() << " (tests need " << k_model << ")";
-        file_ = std::move(f.value());
-        auto m = Model::load(*file_);
-        ASSERT_TRUE(m.ok()) << m.status().message();
-        model_ = std::move(m.value());
-        auto t = Tokenizer::from_gguf(*file_);
-        ASSERT_TRUE(t.ok()) << t.status().message();
-        tok_ = std::move(t.value());
+        ASSERT_NO_FATAL_FAILURE(EngineFixture::SetUp());
         EngineOptions o;
         o.n_threads = 2;
         o.max_seqs = 4;
@@ -136,9 +127,6 @@ protected:
         return job;
     }
 
-    std::unique_ptr<GgufFile> file_;
-    std::unique_ptr<Model> model_;
-    std::unique_ptr<Tokenizer> tok_;
     // Before the engine, so they outlive it: its last events release the
     // jobs, which count themselves out of n_active_.
     ServerMetrics metrics_;
