@@ -1,5 +1,6 @@
 #include "sieve/server/metrics.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cinttypes>
@@ -81,6 +82,18 @@ void process_gauges(std::string *out) {
         *out += strfmt("# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
                        "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n",
                        resident_pages * static_cast<long long>(sysconf(_SC_PAGESIZE)));
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    // Resident memory also holds what the allocator keeps after free() for
+    // reuse, which grows under load and stays (tens of MiB across glibc's
+    // per-thread arenas). The bytes malloc counts as allocated move with a
+    // leak and not with that; chunks parked in per-thread caches count as
+    // allocated too (GLIBC_TUNABLES=glibc.malloc.tcache_count=0 turns them
+    // off, as the soak test does; docs/reliability.md).
+    const struct mallinfo2 mi = mallinfo2();
+    *out += strfmt("# HELP sieve:heap_bytes_in_use Bytes malloc counts as allocated (arenas + mmapped chunks, "
+                   "glibc mallinfo2).\n# TYPE sieve:heap_bytes_in_use gauge\nsieve:heap_bytes_in_use %zu\n",
+                   mi.uordblks + mi.hblkhd);
+#endif
     // Start time: /proc/self/stat's field 22 (clock ticks after boot; the
     // fields are counted after the ')' that ends the command name) + btime.
     std::ifstream stat("/proc/self/stat");
