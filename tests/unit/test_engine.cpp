@@ -22,6 +22,7 @@
 #include "sieve/gguf/gguf.h"
 #include "sieve/kv/contiguous_kv.h"
 #include "sieve/model/model.h"
+#include "sieve/sparse/policy_spec.h"
 #include "sieve/tokenizer/tokenizer.h"
 #include "sieve/tokenizer/unicode.h"
 
@@ -684,6 +685,37 @@ TEST_F(EngineTest, TeacherForcingAndLogitsHooks) {
     auto id = e->submit(bad, [](const GenEvent &) {});
     ASSERT_FALSE(id.ok());
     EXPECT_NE(id.status().message().find("forced_tokens"), std::string::npos) << id.status().message();
+}
+
+// Requests name their KV policy freely; the per-policy counters (and the
+// /metrics series made from them) stay bounded: past 32 labels the rest are
+// counted as "other".
+TEST_F(EngineTest, PolicyCountersStayBounded) {
+    EngineOptions o;
+    o.max_seqs = 4;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    std::vector<GenRequest> reqs;
+    for (int i = 0; i < 40; ++i) {
+        auto spec = kv_policy_spec_parse("snapkv:budget=" + std::to_string(16 + i));
+        ASSERT_TRUE(spec.ok());
+        auto p = kv_policy_make(*spec);
+        ASSERT_TRUE(p.ok());
+        GenRequest r = greedy(random_prompt(40, 70 + static_cast<uint32_t>(i)), 2);
+        r.kv_policy = *p;
+        reqs.push_back(r);
+    }
+    run_all(*e, reqs);
+    e->shutdown(true);
+    const EngineStats s = e->stats();
+    EXPECT_EQ(s.policies.size(), 33u);
+    int64_t total = 0, other = 0;
+    for (const PolicyCounters &pc : s.policies) {
+        total += pc.requests;
+        if (pc.policy == "other") other = pc.requests;
+    }
+    EXPECT_EQ(total, 40);
+    EXPECT_EQ(other, 8);
 }
 
 }  // namespace

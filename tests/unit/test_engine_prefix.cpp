@@ -215,5 +215,30 @@ TEST_F(PrefixCacheTest, SparsePoliciesShareOnlyTheUncompressedPrompt) {
     }
 }
 
+// In a pool too small to copy pages, a policy that compacts lanes whose pages
+// the cache also holds (its own prompt, published before compaction) makes
+// the cache give those pages up instead of failing the request.
+TEST_F(PrefixCacheTest, CompactionInATightPoolTakesPagesBackFromTheCache) {
+    EngineOptions o;
+    o.max_seqs = 4;
+    o.max_ctx = 512;
+    o.kv_page_bytes = 4096;
+    o.kv_memory_bytes = 480 << 10;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e);
+    std::vector<int32_t> prompt;
+    for (int32_t t = 10; t < 233; ++t) prompt.push_back(t);
+    GenRequest r = greedy(prompt, 174);
+    r.kv_policy = policy("h2o:budget=256");
+    const auto evs = run_all(*e, {r, r, r});
+    for (const auto &ev : evs) {
+        ASSERT_NO_FATAL_FAILURE(expect_well_formed(ev));
+        EXPECT_EQ(ev.back().finish_reason, FinishReason::length) << ev.back().error;
+        EXPECT_EQ(event_tokens(ev), event_tokens(evs[0]));
+    }
+    e->shutdown(true);
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
+}
+
 }  // namespace
 }  // namespace sieve

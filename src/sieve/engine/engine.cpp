@@ -31,6 +31,7 @@ const char k_queue_full_prefix[] = "engine queue full";
 constexpr int32_t k_max_logprobs = 20;
 constexpr size_t k_max_stop_strings = 64;
 constexpr size_t k_max_stop_bytes = 1024;
+constexpr size_t k_max_policy_labels = 32;  // distinct per-policy counters (then "other")
 
 }  // namespace
 
@@ -463,7 +464,11 @@ void Engine::Impl::step() {
 bool Engine::Impl::apply_policy(Sequence &s) {
     if (s.policy_applied) return true;
     s.policy_applied = true;
-    const std::string label = s.policy ? s.policy->name() : "dense";
+    std::string label = s.policy ? s.policy->name() : "dense";
+    // Requests choose their policy spec freely: past k_max_policy_labels
+    // distinct labels the rest are counted together, so the counters (and
+    // the /metrics series made from them) stay bounded.
+    if (policy_counters.size() >= k_max_policy_labels && policy_counters.count(label) == 0) label = "other";
     PolicyCounters &pc = policy_counters[label];
     pc.policy = label;
     ++pc.requests;

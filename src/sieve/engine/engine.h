@@ -134,7 +134,7 @@ struct EngineStats {
     int64_t prompt_tokens_total = 0;     // counters since start
     int64_t gen_tokens_total = 0;
     int64_t n_steps = 0;
-    std::vector<PolicyCounters> policies;  // one entry per policy label used so far
+    std::vector<PolicyCounters> policies;  // one entry per policy label used so far (32 at most, then "other")
     int64_t kv_pages_evicted = 0;        // pages unmapped by policy compactions
     // KV mapping (vAttention lanes): mmap calls made inside a step's
     // reservations vs between steps by map-ahead, and the time in each.

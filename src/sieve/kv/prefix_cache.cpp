@@ -142,6 +142,14 @@ int64_t PrefixCache::evict(int64_t want_free) {
     return n;
 }
 
+int64_t PrefixCache::drop_page(int32_t page) {
+    std::vector<uint64_t> hs;
+    for (const auto &[h, e] : entries_)
+        if (std::find(e.pages.begin(), e.pages.end(), page) != e.pages.end()) hs.push_back(h);
+    for (uint64_t h : hs) drop(entries_.find(h));
+    return static_cast<int64_t>(hs.size());
+}
+
 void PrefixCache::clear() {
     while (!entries_.empty()) drop(entries_.begin());
 }

@@ -83,6 +83,9 @@ public:
     // pages all are mapped by lanes too are in use: kept (dropping them frees
     // nothing) and marked used now. Returns the entries dropped.
     int64_t evict(int64_t want_free);
+    // Drops every entry that holds `page` (so the cache no longer references
+    // it); the number dropped.
+    int64_t drop_page(int32_t page);
     // Drops every entry.
     void clear();
 

@@ -252,7 +252,16 @@ Status VAttentionKv::unshare_rows(size_t lane, int64_t row_begin, int64_t row_en
         const int32_t old = ln.pages[static_cast<size_t>(j)];
         if (pool_->refcount(old) == 1) continue;
         auto p = alloc_page(except_seq);
-        if (!p.ok()) return p.status().with_context("copy on write of a shared KV page");
+        if (!p.ok()) {
+            // No page to copy into, and only the prefix cache shares this one:
+            // the cache gives it up (its blocks on the page are dropped) and
+            // the lane writes in place. Cached pages never fail a request.
+            if (prefix_ && pool_->cached(old) && pool_->refcount(old) == 2) {
+                prefix_evicted_ += prefix_->drop_page(old);
+                continue;
+            }
+            return p.status().with_context("copy on write of a shared KV page");
+        }
         if (pool_->refcount(old) == 1) {  // reclaim dropped the other reference
             pool_->release(*p);
             continue;
