@@ -89,8 +89,14 @@ int64_t Scheduler::lookup_prefix(Sequence &s, PrefixHit *hit) {
     return hit->pages_new + hit->pages_taken;
 }
 
+// Prompt rows only: a generated token's KV comes from the decode kernel, a
+// prompt token's from the prefill kernel, and the two do not give the same
+// bits. A later prompt that contains generated tokens (a chat history)
+// computes them with the prefill kernel, so mapping decode-made rows would
+// change its output against a run without the cache.
 void Scheduler::publish(const Sequence &s, bool whole_pages_only) {
-    if (s.slot >= 0) kv_.prefix_publish(s.slot, s.tokens.data(), s.n_computed, whole_pages_only);
+    if (s.slot >= 0)
+        kv_.prefix_publish(s.slot, s.tokens.data(), std::min(s.n_computed, s.n_prompt), whole_pages_only);
 }
 
 void Scheduler::preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget) {

@@ -82,7 +82,8 @@ public:
 
     const std::vector<SequencePtr> &running() const { return running_; }
     const std::deque<SequencePtr> &waiting() const { return waiting_; }
-    // Offers a sequence's dense KV to the prefix cache (KvSpace::prefix_publish).
+    // Offers the KV of a sequence's prompt to the prefix cache
+    // (KvSpace::prefix_publish; the store skips compacted lanes).
     void publish(const Sequence &s, bool whole_pages_only);
     int64_t n_preemptions() const { return n_preemptions_; }
     int64_t prefix_query_tokens() const { return prefix_query_tokens_; }

@@ -29,14 +29,25 @@
 // tiles up to the last key its last row sees; only tiles past the first row's
 // limit (at most two per block) are masked, lane by lane.
 //
+// Key chunks. Every row takes its keys in fixed chunks of k_chunk keys from
+// key 0 ([0, 1024), [1024, 2048), ...): each chunk gets its own online softmax
+// (m_c, l_c, ot_c), and the chunks are folded left to right,
+//   M = max(m, m_c),  l = l e^(m - M) + l_c e^(m_c - M),  ot = ot e^(m - M) + ot_c e^(m_c - M),
+// so a row's result depends on its query, its keys and nothing else: not on
+// which other queries share its chunk of the prompt, where that chunk starts,
+// or the number of threads. A token therefore gets the same bits whether its
+// prompt was prefilled in one call, in chunks of any size (continuous
+// batching), or after a prefix mapped from the prefix cache. A chunk a row
+// sees no key of (past its limit) leaves l_c = 0 and is skipped.
+//
 // Few rows, deep prefix (a short chunk after a long prompt): fewer than
-// k_min_tasks tasks would leave a thread idle, so each block's keys are split
-// into tile-aligned chunks, one task each, merged afterwards as in
-// flash-decoding: M = max_c m_c, L = sum_c l_c e^(m_c - M),
-// O = sum_c ot_c e^(m_c - M) / L. The split depends on the shapes only.
+// k_min_tasks (KV head, row block) tasks would leave a thread idle, so the
+// chunks of a block run as tasks of their own and are folded afterwards, in
+// the same order: the same bits, on every thread.
 //
 // lse = m + log l is the log of sum exp(scale * q.k) over visible keys.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -194,10 +205,13 @@ void tile(const Block &b, const float *k, const float *v, int64_t k0, int64_t nk
                 vstore(s + jj * k_rb, vmask_gt(vload(s + jj * k_rb), vset1(static_cast<float>(jj)), rel));
         }
         const V m_old = vload(b.m + r * W);
-        V mx = m_old;
+        // -FLT_MAX, not -inf, for a row that has seen no key yet (a chunk past
+        // its limit): its p and alpha are then exp of -inf (0) or of 0 (1 times
+        // zero accumulators), never exp(-inf + inf). A seen key's score is
+        // finite, so this changes nothing for the rows that see one.
+        V mx = vmax(m_old, vset1(-FLT_MAX));
         for (int64_t jj = 0; jj < nk; ++jj) mx = vmax(mx, vload(s + jj * k_rb));
-        // every row sees key 0 in the first tile, so mx is finite from there on;
-        // on the first tile m_old = -inf and alpha = 0 (the accumulators are 0)
+        // on a row's first visible tile m_old <= -FLT_MAX and alpha = 0 (the accumulators are 0)
         alpha[r] = vexp_neg(vsub(m_old, mx));
         V sum = vzero();
         for (int64_t jj = 0; jj < nk; ++jj) {
@@ -236,22 +250,31 @@ float *split_scratch(int64_t n) {  // calling thread only
     return grow(b, n);
 }
 
-// Fewer tasks than this (a short chunk after a long prefix) split the keys.
-// A constant rather than the pool's size, so results never depend on it.
+// Fewer tasks than this (a short chunk after a long prefix) run their key
+// chunks as tasks of their own.
 constexpr int64_t k_min_tasks = 8;
+constexpr int64_t k_chunk = 16 * k_kt;  // keys per chunk (the fold's unit)
 
-// Rows [r0, r0 + nr) of KV head kvh over keys [kb, ke): leaves (m, l, ot) in b.
-// kb is a multiple of k_kt and at most the first row's limit, so every row
-// sees the first key and its running max is finite after the first tile.
-void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_t nr, int64_t kb, int64_t ke) {
+// Rows [r0, r0 + nr) of KV head kvh over keys [kb, ke): leaves (m, l, ot) in
+// b. kb is a multiple of k_kt; a row that sees none of the keys ends with
+// l = 0 and ot = 0.
+// b.qt <- the queries of rows [r0, r0 + nr), transposed and scaled (pad rows:
+// zero queries; never stored). Once per block: its chunks share it.
+void pack_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_t nr) {
     const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
-    int64_t lim[k_rb];  // last key row r sees
-    // Pack the rows' queries (pad rows: zero queries, the last row's limit; never stored).
     for (int64_t r = 0; r < k_rb; ++r) {
         const int64_t row = r0 + std::min(r, nr - 1), i = row / g, h = kvh * g + row % g;
         const float *q = a.q + (i * a.n_head + h) * d;
         for (int64_t c = 0; c < d; ++c) b.qt[c * k_rb + r] = r < nr ? q[c] * a.scale : 0.0f;
-        lim[r] = a.past(kvh) + i;
+    }
+}
+
+// Precondition: pack_rows() filled b.qt for these rows.
+void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_t nr, int64_t kb, int64_t ke) {
+    const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
+    int64_t lim[k_rb];  // last key row r sees (pad rows: the last row's)
+    for (int64_t r = 0; r < k_rb; ++r) {
+        lim[r] = a.past(kvh) + (r0 + std::min(r, nr - 1)) / g;
         b.m[r] = -INFINITY;
         b.l[r] = 0.0f;
     }
@@ -277,6 +300,35 @@ void store_rows(const AttnArgs &a, int64_t kvh, int64_t r0, int64_t nr, const fl
         const float inv = 1.0f / l[r];
         for (int64_t c = 0; c < d; ++c) out[c] = ot[c * k_rb + r] * inv;
         if (a.lse) a.lse[h * a.n_q + i] = m[r] + std::log(l[r]);
+    }
+}
+
+// A row block's (ot, m, l) for one chunk of keys, or the fold of several.
+struct Partial {
+    float *ot, *m, *l;  // [d][k_rb], [k_rb], [k_rb]
+};
+
+// run <- run folded with the next chunk's partial, rows [0, nr). A partial
+// with l = 0 (no key seen) changes nothing; into an empty run (l = 0) a
+// partial is copied as it is, so one chunk gives exactly its own online
+// softmax. The same code folds in both paths of attention_prefill(), in the
+// same order: that is what makes the result independent of how rows are
+// batched.
+// Not inlined: both call sites must run the very same instructions.
+__attribute__((noinline)) void fold(const Partial &run, const Partial &c, int64_t nr, int64_t d) {
+    for (int64_t r = 0; r < nr; ++r) {
+        if (c.l[r] == 0.0f) continue;
+        if (run.l[r] == 0.0f) {
+            run.m[r] = c.m[r];
+            run.l[r] = c.l[r];
+            for (int64_t e = 0; e < d; ++e) run.ot[e * k_rb + r] = c.ot[e * k_rb + r];
+            continue;
+        }
+        const float mx = std::max(run.m[r], c.m[r]);
+        const float wa = std::exp(run.m[r] - mx), wb = std::exp(c.m[r] - mx);
+        run.m[r] = mx;
+        run.l[r] = run.l[r] * wa + c.l[r] * wb;
+        for (int64_t e = 0; e < d; ++e) run.ot[e * k_rb + r] = run.ot[e * k_rb + r] * wa + c.ot[e * k_rb + r] * wb;
     }
 }
 
@@ -338,6 +390,7 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     const int64_t n_rows = a.n_q * g;  // per KV head
     const int64_t n_blocks = (n_rows + k_rb - 1) / k_rb, n_tasks = a.n_head_kv * n_blocks;
     const int64_t scratch = d * k_rb + k_kt * k_rb + k_rb;  // qt, s, rel
+    const int64_t slot = (d + 2) * k_rb;                    // a partial: ot, m, l
     const auto block_of = [&](int64_t t, int64_t *kvh, int64_t *r0, int64_t *nr) {
         // One KV head after another, so both threads stream the same K/V lane
         // while it is in cache (Llama-1B's 8 heads x 4.4 MB at depth 8192 do
@@ -348,66 +401,57 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
         *r0 = (n_blocks - 1 - t % n_blocks) * k_rb;
         *nr = std::min(k_rb, n_rows - *r0);
     };
-    // Split the keys every row of a block sees, [0, first_lim], into tile-aligned
-    // chunks; the last chunk also takes the diagonal up to the last row's limit.
-    const int64_t n_split = n_tasks >= k_min_tasks || attn_max_past(a) < 4 * k_kt ? 1 : (k_min_tasks + n_tasks - 1) / n_tasks;
-    if (n_split == 1) {
+    // Keys [0, end) of block t: up to its last row's limit.
+    const auto keys_end = [&](int64_t kvh, int64_t r0, int64_t nr) { return a.past(kvh) + (r0 + nr - 1) / g + 1; };
+    const auto partial = [&](float *p) { return Partial{p, p + d * k_rb, p + d * k_rb + k_rb}; };
+    int64_t n_chunks = 1;  // the most any block has
+    for (int64_t kvh = 0; kvh < a.n_head_kv; ++kvh)
+        n_chunks = std::max(n_chunks, (keys_end(kvh, (n_blocks - 1) * k_rb, n_rows - (n_blocks - 1) * k_rb) +
+                                       k_chunk - 1) / k_chunk);
+    if (n_tasks >= k_min_tasks || n_chunks == 1) {
+        // Each task computes its block's chunks one after another and folds
+        // them as it goes.
         pool.run(n_tasks, [&](int64_t t, int) {
             int64_t kvh, r0, nr;
             block_of(t, &kvh, &r0, &nr);
-            float *buf = tile_scratch(scratch + d * k_rb + 2 * k_rb);
-            const Block b{buf, buf + scratch, buf + d * k_rb, buf + scratch + d * k_rb,
-                          buf + scratch + d * k_rb + k_rb, buf + d * k_rb + k_kt * k_rb};
-            run_rows(a, b, kvh, r0, nr, 0, a.past(kvh) + (r0 + nr - 1) / g + 1);
-            store_rows(a, kvh, r0, nr, b.m, b.l, b.ot);
+            float *buf = tile_scratch(scratch + 2 * slot);
+            const Partial run = partial(buf + scratch), part = partial(buf + scratch + slot);
+            const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb};
+            const int64_t end = keys_end(kvh, r0, nr);
+            std::fill(run.l, run.l + k_rb, 0.0f);
+            pack_rows(a, b, kvh, r0, nr);
+            for (int64_t kb = 0; kb < end; kb += k_chunk) {
+                run_rows(a, b, kvh, r0, nr, kb, std::min(end, kb + k_chunk));
+                fold(run, part, nr, d);
+            }
+            store_rows(a, kvh, r0, nr, run.m, run.l, run.ot);
         });
         return;
     }
-    // Flash-decoding style: chunk c of block t leaves (ot, m, l) in its slot;
-    // a second pass merges a block's chunks in a fixed order.
-    const int64_t slot = (d + 2) * k_rb;
-    float *part = split_scratch(n_tasks * n_split * slot);
-    pool.run(n_tasks * n_split, [&](int64_t task, int) {
-        const int64_t t = task / n_split, c = task % n_split;
+    // Flash-decoding style: chunk c of block t leaves its partial in its slot;
+    // a second pass folds a block's chunks in order.
+    float *parts = split_scratch(n_tasks * n_chunks * slot);
+    pool.run(n_tasks * n_chunks, [&](int64_t task, int) {
+        const int64_t t = task / n_chunks, c = task % n_chunks;
         int64_t kvh, r0, nr;
         block_of(t, &kvh, &r0, &nr);
-        const int64_t first_lim = a.past(kvh) + r0 / g, k_end = a.past(kvh) + (r0 + nr - 1) / g + 1;
-        const int64_t n_tiles = first_lim / k_kt + 1;  // tiles starting at or before first_lim
-        const int64_t per = (n_tiles + n_split - 1) / n_split, n_used = (n_tiles + per - 1) / per;
-        const int64_t kb = c * per * k_kt, ke = c == n_used - 1 ? k_end : (c + 1) * per * k_kt;
-        float *sl = part + task * slot;
-        if (c >= n_used) {  // nothing left for this chunk: an empty partial (ot = 0: the
-            // merge weighs it 0, and 0 * a stale value could be NaN)
-            std::fill(sl, sl + slot, 0.0f);
-            std::fill(sl + d * k_rb, sl + d * k_rb + k_rb, -INFINITY);
+        const int64_t end = keys_end(kvh, r0, nr), kb = c * k_chunk;
+        const Partial part = partial(parts + task * slot);
+        if (kb >= end) {  // past the block's keys: an empty partial
+            std::fill(part.l, part.l + k_rb, 0.0f);
             return;
         }
         float *buf = tile_scratch(scratch);
-        const Block b{buf, sl, buf + d * k_rb, sl + d * k_rb, sl + d * k_rb + k_rb, buf + d * k_rb + k_kt * k_rb};
-        run_rows(a, b, kvh, r0, nr, kb, ke);
+        const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb};
+        pack_rows(a, b, kvh, r0, nr);
+        run_rows(a, b, kvh, r0, nr, kb, std::min(end, kb + k_chunk));
     });
     pool.run(n_tasks, [&](int64_t t, int) {
         int64_t kvh, r0, nr;
         block_of(t, &kvh, &r0, &nr);
-        float *s0 = part + t * n_split * slot;  // merged in place into chunk 0 (never empty)
-        for (int64_t r = 0; r < nr; ++r) {
-            float mx = -INFINITY;
-            for (int64_t c = 0; c < n_split; ++c) mx = std::max(mx, s0[c * slot + d * k_rb + r]);
-            float l = 0.0f, w[k_min_tasks];
-            for (int64_t c = 0; c < n_split; ++c) {
-                const float *sc = s0 + c * slot;
-                w[c] = sc[d * k_rb + k_rb + r] > 0.0f ? std::exp(sc[d * k_rb + r] - mx) : 0.0f;
-                l += sc[d * k_rb + k_rb + r] * w[c];
-            }
-            for (int64_t e = 0; e < d; ++e) {
-                float acc = 0.0f;
-                for (int64_t c = 0; c < n_split; ++c) acc += w[c] * s0[c * slot + e * k_rb + r];
-                s0[e * k_rb + r] = acc;
-            }
-            s0[d * k_rb + r] = mx;
-            s0[d * k_rb + k_rb + r] = l;
-        }
-        store_rows(a, kvh, r0, nr, s0 + d * k_rb, s0 + d * k_rb + k_rb, s0);
+        const Partial run = partial(parts + t * n_chunks * slot);  // folded in place into chunk 0
+        for (int64_t c = 1; c < n_chunks; ++c) fold(run, partial(parts + (t * n_chunks + c) * slot), nr, d);
+        store_rows(a, kvh, r0, nr, run.m, run.l, run.ot);
     });
 }
 

@@ -100,9 +100,11 @@ inline __m512 exp_neg(__m512 x) {
 }
 #elif defined(__AVX2__)
 // AVX2: the same polynomial, with 2^n built in the exponent field; the clamp
-// at -87 keeps n >= -126 (a normal float), and e^-87 ~ 1.6e-38 counts as 0
-// next to a softmax row's maximum term, which is 1.
+// at -87 keeps n >= -126 (a normal float), and anything at or below it gives
+// exactly 0, as the AVX-512 version does (a masked key, exp(-inf), must add
+// nothing at all, or a row's bits would depend on how many it sees).
 inline __m256 exp_neg(__m256 x) {
+    const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GT_OQ);
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -116,7 +118,7 @@ inline __m256 exp_neg(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), live);
 }
 #endif
 
