@@ -13,13 +13,13 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "sieve/core/log.h"
-#include "sieve/core/timer.h"
 #include "sieve/engine/output.h"
 #include "sieve/engine/scheduler.h"
 #include "sieve/engine/step_builder.h"
@@ -37,6 +37,7 @@ constexpr int32_t k_max_logprobs = 20;
 constexpr size_t k_max_stop_strings = 64;
 constexpr size_t k_max_stop_bytes = 1024;
 constexpr size_t k_max_policy_labels = 32;  // distinct per-policy counters (then "other")
+constexpr int k_trim_idle_ms = 200;         // idle time before the heap is trimmed
 
 }  // namespace
 
@@ -97,7 +98,6 @@ struct Engine::Impl {
     void abort_all();
     void publish_stats();
     void trim_heap();
-    int64_t last_trim_us = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -324,15 +324,13 @@ Engine::~Engine() {
 // ---------------------------------------------------------------------------
 
 // Idle after work: hand the allocator's free memory back to the system. glibc
-// keeps freed chunks in each thread's arena and cache (the HTTP workers' JSON
-// bodies, the sequences' buffers) until told otherwise, so without this the
-// resident size of a server that has been busy stays at its peak and says
-// nothing about what it still holds. At most once a second.
+// keeps freed chunks in each thread's arena (the HTTP workers' JSON bodies,
+// the sequences' buffers) until told otherwise, so without this the resident
+// size of a server that has been busy stays at its peak and says nothing
+// about what it still holds. loop() calls it once the engine has been idle
+// for k_trim_idle_ms, so back-to-back requests never pay for it.
 void Engine::Impl::trim_heap() {
 #if defined(__GLIBC__)
-    const int64_t now = time_us();
-    if (now - last_trim_us < 1000000) return;
-    last_trim_us = now;
     malloc_trim(0);
 #endif
 }
@@ -347,7 +345,17 @@ void Engine::Impl::loop() {
             const bool busy = !sched->running().empty() || !sched->waiting().empty();
             std::unique_lock<std::mutex> lk(mu);
             // Idle: sleep until a request, a cancellation or shutdown arrives.
-            cv.wait(lk, [&] { return busy || !incoming.empty() || !cancels.empty() || stopping; });
+            const auto ready = [&] { return busy || !incoming.empty() || !cancels.empty() || stopping; };
+            if (worked && !busy) {
+                // Idle after work: trim once nothing new came for a moment.
+                if (!cv.wait_for(lk, std::chrono::milliseconds(k_trim_idle_ms), ready)) {
+                    lk.unlock();
+                    trim_heap();
+                    worked = false;
+                    lk.lock();
+                }
+            }
+            cv.wait(lk, ready);
             fresh.swap(incoming);
             // Still waiting, now in the scheduler's queue: keep submit()'s
             // queue limit counting them until the next publish.
@@ -366,8 +374,6 @@ void Engine::Impl::loop() {
         if (sched->running().empty() && sched->waiting().empty()) {
             publish_stats();
             if (stop) return;
-            if (worked) trim_heap();
-            worked = false;
             continue;
         }
         step();
