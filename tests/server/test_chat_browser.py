@@ -175,8 +175,11 @@ def test_chat_streams_keeps_the_conversation_and_shows_errors(chat_server, brows
     from selenium.webdriver.common.keys import Keys
     el(d, "input").send_keys("What happened next?" + Keys.ENTER)
     wait_done(d)
-    _, p2, _ = speed(d)
+    _, p2, text2 = speed(d)
     assert p2 > p1 + n1, f"second prompt {p2} tokens: the first turn ({p1} + {n1}) was not sent again"
+    # The first turn's prompt came from the server's prefix cache (whole 16-token blocks).
+    m = re.search(r"prompt \d+ tokens \((\d+) cached\)", text2)
+    assert m and int(m[1]) >= 16 and int(m[1]) % 16 == 0, f"speed line {text2!r}: no cached prompt tokens shown"
     assert [m.get_attribute("class") for m in messages(d)] == ["msg user", "msg assistant"] * 2
 
     # A request the server refuses: its error object in the page, the turn dropped.
