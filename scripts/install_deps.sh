@@ -9,7 +9,7 @@ debs=(build-essential cmake ninja-build pkg-config git ca-certificates
       libcpp-httplib-dev
       clang libclang-rt-14-dev
       chromium chromium-driver fonts-liberation
-      python3 python3-pip)
+      python3 python3-pip iproute2)
 missing=()
 for p in "${debs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

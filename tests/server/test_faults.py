@@ -199,6 +199,49 @@ def read_response_until(sock, marker, deadline_s):
     return data, False
 
 
+def test_a_burst_of_connections_is_queued_not_reset(fault_server):
+    """Connections opened faster than the accept thread takes them wait in the
+    listen queue. The HTTP library listens with a backlog of 5; past it Linux
+    answers with SYN cookies and resets a connection whose cookie fails (a
+    request lost under load, seen in a soak). The server raises the backlog to
+    the system's maximum: check it, then a burst of 200 connections that all
+    send at once, every one answered."""
+    import shutil
+    import subprocess
+    port = urlparse(fault_server.url).port
+    assert shutil.which("ss"), "ss (iproute2, from scripts/install_deps.sh) is needed to read the listen backlog"
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    fields = out.split()
+    assert len(fields) >= 3 and fields[0] == "LISTEN", out
+    assert int(fields[2]) >= 128, f"listen backlog {fields[2]}: the library's 5 was not raised"
+    n = 200
+    barrier = threading.Barrier(n)
+    answers = [None] * n
+
+    def one(i):
+        s = connect(fault_server)
+        try:
+            barrier.wait(timeout=30)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.settimeout(30)
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+            answers[i] = data
+        except OSError as e:
+            answers[i] = repr(e).encode()
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bad = [a for a in answers if not (a or b"").startswith(b"HTTP/1.1 200")]
+    assert not bad, f"{len(bad)} of {n} connections got no 200: {bad[:3]}"
+
+
 @pytest.mark.parametrize("sent", [b"", b'{"prompt": "Once'])
 def test_body_shorter_than_content_length(fault_server, sent):
     """The body never completes: a 408 (naming --timeout) within the read

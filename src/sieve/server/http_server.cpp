@@ -1,6 +1,9 @@
 #include "sieve/server/http_server.h"
 
 #include <atomic>
+#include <cstring>
+#include <cerrno>
+#include <sys/socket.h>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -67,6 +70,7 @@ struct HttpServer::Impl {
     std::atomic<int> n_active{0};
     ServingModel model;  // written once before `ready` is set (release), read after (acquire)
     int bound_port = 0;
+    int listen_fd = -1;  // the listening socket (seen by the socket-options hook)
 
     void send_error(httplib::Response &res, const ApiError &e) {
         metrics.count_http_error(e.http_status);
@@ -97,9 +101,10 @@ struct HttpServer::Impl {
 void HttpServer::Impl::install_guards() {
     // The library's default also sets SO_REUSEPORT, which lets a second
     // server bind a port already in use and silently split its traffic.
-    svr.set_socket_options([](socket_t sock) {
+    svr.set_socket_options([this](socket_t sock) {
         int yes = 1;
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        listen_fd = sock;
     });
     svr.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
     // Timeouts, the keep-alive limits and the worker pool are ConnServer's
@@ -307,6 +312,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerOptions &opt)
                                   opt.host.c_str(), opt.port);
         impl->bound_port = opt.port;
     }
+    // The library listens with a backlog of 5 (compiled into it). Clients
+    // that open connections faster than the accept thread takes them (a
+    // burst, a busy machine) overflow that queue; Linux then answers with
+    // SYN cookies and resets a connection whose cookie fails, and a request
+    // is lost without an answer. listen() again sets the system's maximum.
+    if (impl->listen_fd >= 0 && ::listen(impl->listen_fd, SOMAXCONN) != 0)
+        SIEVE_LOG_WARN("HTTP: raising the listen backlog failed: %s", std::strerror(errno));
     return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
