@@ -320,6 +320,47 @@ TEST(AttentionScores, ScoresASuffixOfTheChunk) {
     }
 }
 
+// The forward pass scores a policy's window chunk by chunk (a window that
+// spans chunks, a prompt prefilled after a prefix-cache hit, chunking that
+// varies with load): however the queries are split across calls, acc ends
+// with the same bits, because every query's p is added to it in query order.
+TEST(AttentionScores, SumsDoNotDependOnHowTheQueriesAreSplit) {
+    std::mt19937 rng(68);
+    ThreadPool pool(2);
+    const ScoreCase cases[] = {
+        ScoreCase(rng, 14, 2, 64, 41, {700, 130}, cpu::RowType::f16),
+        ScoreCase(rng, 9, 3, 64, 33, same(3, 90), cpu::RowType::f32),
+    };
+    for (const ScoreCase &c : cases) {
+        std::vector<float> whole = c.fresh_acc();
+        cpu::attention_scores(c.args(whole.data()), pool);
+        for (const std::vector<int64_t> &cuts : {std::vector<int64_t>{1, 2, 3, 40}, std::vector<int64_t>{13, 26},
+                                                 std::vector<int64_t>{5, 6, 7, 8, 9, 30}}) {
+            std::vector<float> acc = c.fresh_acc();
+            int64_t q0 = 0;
+            std::vector<int64_t> ends = cuts;
+            ends.push_back(c.n_q);
+            for (int64_t q1 : ends) {
+                q1 = std::min(q1, c.n_q);
+                if (q1 <= q0) continue;
+                std::vector<int64_t> past;
+                for (int64_t p : c.past) past.push_back(p + q0);
+                cpu::AttnScoreArgs a = c.args(acc.data());
+                a.q = c.q.data() + q0 * c.n_head * c.d;
+                a.lse = c.lse.data() + q0;
+                a.lse_stride = c.n_q;
+                a.n_q = q1 - q0;
+                a.n_past = past[0];
+                a.n_past_kv = c.per_head ? past.data() : nullptr;
+                cpu::attention_scores(a, pool);
+                q0 = q1;
+            }
+            EXPECT_EQ(0, std::memcmp(acc.data(), whole.data(), acc.size() * sizeof(float)))
+                << c.name() << ": split at " << cuts.size() << " points";
+        }
+    }
+}
+
 TEST(AttentionScores, ResultDoesNotDependOnThreadCount) {
     // Every task writes only its own keys, summed in a fixed order: 1, 2 and
     // 3 threads give bitwise equal sums, for decode-sized, window-sized and

@@ -19,7 +19,8 @@
 // then p = exp(scale * acc - lse_r) lane by lane, and sum[head(r)][keys] += p
 // where the key is visible to the row (only rows on the block's diagonal mask
 // any lanes). The sums live in an L1 buffer [group][k_kt], one load/add/store
-// per vector of p (per head_dim FMAs); they reach acc once per block.
+// per vector of p (per head_dim FMAs); loaded from acc and stored back once
+// per block, so every query's p lands on acc in query order.
 //
 // Keys along the SIMD lanes (rather than head_dim) make the softmax and the
 // sums over queries vertical arithmetic: no horizontal reduction per dot
@@ -271,7 +272,17 @@ void score_block(const AttnScoreArgs &a, int64_t g, int64_t j0, int64_t nb, floa
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv, past = a.past(g);
     const size_t elt = T == RowType::f32 ? sizeof(float) : sizeof(uint16_t);
     widen_transpose<T>(static_cast<const char *>(a.k[g]) + static_cast<size_t>(j0 * d) * elt, nb, d, kt);
-    std::fill(sums, sums + group * k_kt, 0.0f);
+    // The sums start from acc and each row's p is added in row order (a
+    // head's queries in increasing order), so acc receives one query after
+    // another however the queries are split across calls: a prompt prefilled
+    // in other chunks (continuous batching, a prefix-cache hit) scores the
+    // same bits.
+    for (int64_t hh = 0; hh < group; ++hh) {
+        const float *in = a.acc + (g * group + hh) * a.acc_stride + j0;
+        float *s = sums + hh * k_kt;
+        std::copy(in, in + nb, s);
+        std::fill(s + nb, s + k_kt, 0.0f);
+    }
     // Rows (hh, i) for i in [i0, n_q), head-major, in balanced tiles of <= k_nr.
     const int64_t i0 = std::max<int64_t>(0, j0 - past), nq = a.n_q - i0, n_rows = group * nq;
     const int64_t n_tiles = (n_rows + k_nr - 1) / k_nr;
@@ -297,7 +308,7 @@ void score_block(const AttnScoreArgs &a, int64_t g, int64_t j0, int64_t nb, floa
     for (int64_t hh = 0; hh < group; ++hh) {
         float *out = a.acc + (g * group + hh) * a.acc_stride + j0;
         const float *s = sums + hh * k_kt;
-        for (int64_t jj = 0; jj < nb; ++jj) out[jj] += s[jj];
+        std::copy(s, s + nb, out);
     }
 }
 
