@@ -34,8 +34,16 @@ namespace {
 // longest lane; chunks past a shorter lane's end leave an empty partial
 // (m = -inf, l = 0), which the merge weighs 0. With equal lanes this is the
 // dense plan exactly.
+// With spans the plan is sized by the most rows a head reads, and chunk c
+// covers rows [c * chunk, (c + 1) * chunk) of the head's spans laid end to
+// end; one span over the whole lane is the dense plan.
 decode::ChunkPlan decode_plan(const AttnArgs &a, int n_threads) {
-    return decode::plan_chunks(attn_max_past(a) + 1, a.n_head_kv, n_threads, decode::k_blk);
+    int64_t n = attn_max_past(a) + 1;
+    if (a.spans) {
+        n = 0;
+        for (int64_t g = 0; g < a.n_head_kv; ++g) n = std::max(n, a.spans->n_rows(g));
+    }
+    return decode::plan_chunks(n, a.n_head_kv, n_threads, decode::k_blk);
 }
 
 // One task: KV head kvh's query group over chunk c of the plan, into
@@ -57,9 +65,28 @@ template <class R>
     decode::init_parts(part0, group, hstride, d);
     const auto *k = static_cast<const typename R::T *>(a.k[kvh]);
     const auto *v = static_cast<const typename R::T *>(a.v[kvh]);
-    for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
-        const int64_t nb = std::min(decode::k_blk, j1 - jb);
-        decode::block<R>(a.q + h0 * d, group, k + jb * d, v + jb * d, nb, d, a.scale, s, part0, hstride);
+    if (!a.spans) {
+        for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
+            const int64_t nb = std::min(decode::k_blk, j1 - jb);
+            decode::block<R>(a.q + h0 * d, group, k + jb * d, v + jb * d, nb, d, a.scale, s, part0, hstride);
+        }
+        return;
+    }
+    // Selected rows: [j0, j1) counts rows of the spans laid end to end
+    // (x = 0 at the first span's begin). Each piece of a span inside the
+    // chunk is walked in blocks of k_blk from the piece's start, so a single
+    // span [0, n) walks exactly the dense blocks.
+    const RowSpans &sp = *a.spans;
+    const int64_t n_sel = sp.n_rows(kvh), x1 = std::min(j0 + chunk, n_sel);
+    int64_t x = 0;  // rows of the spans before span i
+    for (int64_t i = 0; i < sp.n_spans(kvh) && x < x1; ++i) {
+        const int64_t b = sp.begin(kvh, i), len = sp.end(kvh, i) - b;
+        const int64_t lo = std::max(j0, x), hi = std::min(x1, x + len);
+        for (int64_t xb = lo; xb < hi; xb += decode::k_blk) {
+            const int64_t nb = std::min(decode::k_blk, hi - xb), r = b + (xb - x);
+            decode::block<R>(a.q + h0 * d, group, k + r * d, v + r * d, nb, d, a.scale, s, part0, hstride);
+        }
+        x += len;
     }
 }
 
@@ -89,6 +116,12 @@ void check_decode_args(const AttnArgs &a, const char *who) {
     attn_check_args(a, who);
     SIEVE_CHECKF(a.n_q == 1, "%s: n_q = %lld, expected 1 (use attention_prefill)", who,
                  static_cast<long long>(a.n_q));
+#ifndef NDEBUG
+    if (a.spans) {
+        const std::string e = attn_spans_error(a);
+        SIEVE_CHECKF(e.empty(), "%s: %s", who, e.c_str());
+    }
+#endif
     SIEVE_CHECKF(a.head_dim <= decode::k_max_row, "%s: head_dim %lld > %lld", who,
                  static_cast<long long>(a.head_dim), static_cast<long long>(decode::k_max_row));
 }

@@ -19,6 +19,8 @@ inline void attn_check_args(const AttnArgs &a, const char *who) {
         SIEVE_CHECKF(a.past(g) >= 0, "%s: n_past of kv head %lld = %lld", who, static_cast<long long>(g),
                      static_cast<long long>(a.past(g)));
     SIEVE_CHECKF(a.q && a.k && a.v && a.o, "%s: null q/k/v/o pointer", who);
+    SIEVE_CHECKF(!a.spans || (a.n_q == 1 && a.spans->rows && a.spans->first),
+                 "%s: row spans need a single query (decode) and both arrays", who);
 }
 
 // The most rows any lane of the call holds (what a chunk plan is sized by,

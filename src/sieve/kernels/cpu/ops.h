@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "sieve/core/thread_pool.h"
 #include "sieve/kernels/cpu/row_type.h"
@@ -90,6 +91,26 @@ void silu_mul(float *gate, const float *up, int64_t n);
 // with n_past(g) = n_past_kv[g] when n_past_kv is set, else n_past for every
 // head (dense lanes: n_past is the chunk's first position). Queries carry
 // their true positions in RoPE already; the kernels never see positions.
+//
+// Decode over a selection (page selection, sparse/quest.h): with `spans` set
+// the single query of KV head g's group reads only the rows of g's spans,
+// sorted disjoint [begin, end) ranges inside its n_past(g) + 1 visible rows,
+// in row order; rows outside them are never read. One span [0, n_past(g) + 1)
+// per head gives the bits of the call without spans.
+struct RowSpans {
+    const int32_t *rows = nullptr;   // pairs (begin, end) of every head, head after head
+    const int64_t *first = nullptr;  // [n_head_kv + 1]: head g's pairs are [first[g], first[g + 1])
+    int64_t n_spans(int64_t g) const { return first[g + 1] - first[g]; }
+    int64_t begin(int64_t g, int64_t i) const { return rows[2 * (first[g] + i)]; }
+    int64_t end(int64_t g, int64_t i) const { return rows[2 * (first[g] + i) + 1]; }
+    // Rows head g reads.
+    int64_t n_rows(int64_t g) const {
+        int64_t n = 0;
+        for (int64_t i = 0; i < n_spans(g); ++i) n += end(g, i) - begin(g, i);
+        return n;
+    }
+};
+
 struct AttnArgs {
     const float *q = nullptr;          // [n_q, n_head, head_dim]
     const void *const *k = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type
@@ -104,6 +125,7 @@ struct AttnArgs {
     int64_t n_head_kv = 0;
     int64_t head_dim = 0;
     float scale = 0.0f;                // usually 1 / sqrt(head_dim)
+    const RowSpans *spans = nullptr;   // optional, decode only (n_q == 1): the rows each head reads
 
     int64_t past(int64_t kv_head) const { return n_past_kv ? n_past_kv[kv_head] : n_past; }
 };
@@ -122,7 +144,11 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool);
 // pool) (the same chunk plan, task code and merge order). Outputs must not
 // overlap. Scratch is kept per thread and only grows.
 void attention_decode_multi(const AttnArgs *args, int64_t n_seq, ThreadPool &pool);
-// Scalar oracle (double accumulation) for both.
+// Scalar oracle (double accumulation) for both, spans included.
 void attention_ref(const AttnArgs &a);
+// Checks a.spans against the lanes (sorted, disjoint, non-empty, inside the
+// visible rows); a message naming the head and span, or empty when valid.
+// The kernels check it only in debug builds; the selector builds valid ones.
+std::string attn_spans_error(const AttnArgs &a);
 
 }  // namespace sieve::cpu

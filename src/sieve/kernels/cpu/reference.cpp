@@ -55,8 +55,15 @@ void attention_ref(const AttnArgs &a) {
         for (int64_t i = 0; i < a.n_q; ++i) {
             const float *q = a.q + (i * a.n_head + h) * d;
             const int64_t n_vis = a.past(h / group) + i + 1;  // causal: rows 0 ..= n_past + i of its lane
+            // The rows the query reads: all visible ones, or its head's spans.
+            std::vector<char> read(static_cast<size_t>(n_vis), a.spans ? 0 : 1);
+            if (a.spans)
+                for (int64_t si = 0; si < a.spans->n_spans(h / group); ++si)
+                    for (int64_t j = a.spans->begin(h / group, si); j < a.spans->end(h / group, si); ++j)
+                        read[static_cast<size_t>(j)] = 1;
             double m = -INFINITY;
             for (int64_t j = 0; j < n_vis; ++j) {
+                if (!read[static_cast<size_t>(j)]) continue;
                 double dot = 0.0;
                 for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[j * d + c];
                 s[static_cast<size_t>(j)] = dot * a.scale;
@@ -65,6 +72,7 @@ void attention_ref(const AttnArgs &a) {
             double l = 0.0;
             std::fill(o.begin(), o.end(), 0.0);
             for (int64_t j = 0; j < n_vis; ++j) {
+                if (!read[static_cast<size_t>(j)]) continue;
                 const double p = std::exp(s[static_cast<size_t>(j)] - m);
                 l += p;
                 for (int64_t c = 0; c < d; ++c) o[static_cast<size_t>(c)] += p * v[j * d + c];
@@ -74,6 +82,25 @@ void attention_ref(const AttnArgs &a) {
             if (a.lse) a.lse[h * a.n_q + i] = static_cast<float>(m + std::log(l));
         }
     }
+}
+
+std::string attn_spans_error(const AttnArgs &a) {
+    if (!a.spans) return std::string();
+    const RowSpans &sp = *a.spans;
+    for (int64_t g = 0; g < a.n_head_kv; ++g) {
+        if (sp.n_spans(g) < 1) return strfmt("kv head %lld reads no rows", static_cast<long long>(g));
+        int64_t prev = 0;
+        for (int64_t i = 0; i < sp.n_spans(g); ++i) {
+            const int64_t b = sp.begin(g, i), e = sp.end(g, i);
+            if (b < prev || e <= b || e > a.past(g) + 1)
+                return strfmt("kv head %lld span %lld = [%lld, %lld): expected sorted, disjoint, non-empty "
+                              "ranges inside the %lld visible rows",
+                              static_cast<long long>(g), static_cast<long long>(i), static_cast<long long>(b),
+                              static_cast<long long>(e), static_cast<long long>(a.past(g) + 1));
+            prev = e;
+        }
+    }
+    return std::string();
 }
 
 }  // namespace sieve::cpu
