@@ -112,6 +112,7 @@ void ContiguousKv::set_n_pos(int seq, int64_t n) {
     const size_t l0 = lane_index(seq, 0, 0), n_lanes = static_cast<size_t>(shape_.n_layer * shape_.n_head_kv);
     for (size_t l = l0; l < l0 + n_lanes; ++l) rows_[l] = std::max<int64_t>(0, rows_[l] + delta);
     n_pos_[static_cast<size_t>(seq)] = n;
+    if (delta < 0) summaries_roll_back(seq);
 }
 
 void ContiguousKv::clear(int seq) {
@@ -120,6 +121,7 @@ void ContiguousKv::clear(int seq) {
     const size_t l0 = lane_index(seq, 0, 0), n_lanes = static_cast<size_t>(shape_.n_layer * shape_.n_head_kv);
     std::fill(rows_.begin() + static_cast<std::ptrdiff_t>(l0), rows_.begin() + static_cast<std::ptrdiff_t>(l0 + n_lanes),
               0);
+    summaries_reset(seq);
 }
 
 Status ContiguousKv::compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep) {
@@ -128,8 +130,11 @@ Status ContiguousKv::compact(int seq, int64_t layer, int64_t kv_head, const int3
     const int64_t rb = shape_.row_bytes();
     uint8_t *k = lane(seq, layer, kv_head, 0), *v = lane(seq, layer, kv_head, 1);
     int32_t *pos = positions(seq, layer, kv_head);
+    int64_t i0 = 0;  // rows before i0 stay where they are
+    while (i0 < n_keep && keep_rows[i0] == i0) ++i0;
+    summaries_invalidate(seq, layer, kv_head, i0);
     // keep_rows[i] >= i, so each source row is read before a later destination overwrites it.
-    for (int64_t i = 0; i < n_keep; ++i) {
+    for (int64_t i = i0; i < n_keep; ++i) {
         const int64_t r = keep_rows[i];
         if (r == i) continue;
         std::memmove(k + i * rb, k + r * rb, static_cast<size_t>(rb));

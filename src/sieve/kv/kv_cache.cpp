@@ -32,4 +32,45 @@ Status KvCache::compact_layer(int seq, int64_t layer, const int32_t *const *keep
     return Status();
 }
 
+LaneSummary *KvCache::summary_of(int seq, int64_t layer, int64_t kv_head) {
+    const KvShape &sh = shape();
+    SIEVE_CHECKF(seq >= 0 && seq < sh.n_seq && layer >= 0 && layer < sh.n_layer && kv_head >= 0 &&
+                     kv_head < sh.n_head_kv,
+                 "KV summaries: lane (slot %d, layer %lld, kv head %lld) out of range", seq,
+                 static_cast<long long>(layer), static_cast<long long>(kv_head));
+    if (summaries_.empty()) {
+        if (!summaries_wanted_) return nullptr;
+        summaries_.resize(static_cast<size_t>(sh.n_seq * sh.n_layer * sh.n_head_kv));
+    }
+    return &summaries_[static_cast<size_t>((seq * sh.n_layer + layer) * sh.n_head_kv + kv_head)];
+}
+
+const uint16_t *KvCache::k_summaries(int seq, int64_t layer, int64_t kv_head) {
+    summaries_wanted_ = true;
+    return summary_of(seq, layer, kv_head)
+        ->update(shape().type, k_data(seq, layer, kv_head), n_rows(seq, layer, kv_head), shape().head_dim);
+}
+
+int64_t KvCache::summary_bytes() const {
+    int64_t n = 0;
+    for (const LaneSummary &s : summaries_) n += s.bytes();
+    return n;
+}
+
+void KvCache::summaries_invalidate(int seq, int64_t layer, int64_t kv_head, int64_t from_row) {
+    if (LaneSummary *s = summary_of(seq, layer, kv_head)) s->invalidate(from_row);
+}
+
+void KvCache::summaries_roll_back(int seq) {
+    if (summaries_.empty()) return;
+    for (int64_t l = 0; l < shape().n_layer; ++l)
+        for (int64_t h = 0; h < shape().n_head_kv; ++h) summary_of(seq, l, h)->invalidate(n_rows(seq, l, h));
+}
+
+void KvCache::summaries_reset(int seq) {
+    if (summaries_.empty()) return;
+    for (int64_t l = 0; l < shape().n_layer; ++l)
+        for (int64_t h = 0; h < shape().n_head_kv; ++h) summary_of(seq, l, h)->reset();
+}
+
 }  // namespace sieve

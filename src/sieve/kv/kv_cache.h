@@ -33,9 +33,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "sieve/core/status.h"
 #include "sieve/kernels/cpu/row_type.h"
+#include "sieve/kv/page_summary.h"
 
 namespace sieve {
 
@@ -99,12 +101,34 @@ public:
     // moves, so a bad list changes nothing.
     Status compact_layer(int seq, int64_t layer, const int32_t *const *keep_rows, const int64_t *n_keep);
 
+    // ---- page summaries (kv/page_summary.h), for page selection (sparse/quest.h) ----
+    // The K lane of (seq, layer, kv head) summarized per logical page of
+    // k_summary_rows rows: [summary_pages(n_rows)][2][head_dim] f16, each
+    // page's per-channel min then max, up to date with the lane's n_rows rows
+    // at this call. Kept only for lanes that were asked for: the first call
+    // summarizes the lane, later ones only the rows appended since (pages a
+    // compaction or a rollback touched are recomputed). Valid until the next
+    // call for the lane or change of the slot. Host memory beside the lanes,
+    // summary_bytes() in all; clear() returns a slot's.
+    const uint16_t *k_summaries(int seq, int64_t layer, int64_t kv_head);
+    int64_t summary_bytes() const;
+
+protected:
+    // What the stores call when rows change other than by appending.
+    void summaries_invalidate(int seq, int64_t layer, int64_t kv_head, int64_t from_row);
+    void summaries_roll_back(int seq);  // after every lane of seq lost rows from its end
+    void summaries_reset(int seq);
+
 private:
     float *as_f32(void *p) const {
         SIEVE_CHECKF(shape().type == cpu::RowType::f32, "KV lanes hold %s rows, not f32: use k_data()/v_data()",
                      cpu::row_type_name(shape().type));
         return static_cast<float *>(p);
     }
+    LaneSummary *summary_of(int seq, int64_t layer, int64_t kv_head);
+
+    std::vector<LaneSummary> summaries_;  // per (seq, layer, kv head), sized at the first use
+    bool summaries_wanted_ = false;       // k_summaries() was called once
 };
 
 // Checks a keep list against a lane of n_rows rows: strictly increasing, in

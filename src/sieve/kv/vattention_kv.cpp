@@ -425,6 +425,7 @@ void VAttentionKv::set_n_pos(int seq, int64_t n) {
         ln.rows = std::max<int64_t>(0, ln.rows + delta);  // a compacted lane rolls back to empty at most
     }
     n_pos_[static_cast<size_t>(seq)] = n;
+    if (delta < 0) summaries_roll_back(seq);
     // Rows rolled back below what was published may be rewritten with other
     // tokens: publish the chain again from its start (cached blocks are only
     // touched; the cache keeps its own copy of the old rows).
@@ -437,6 +438,7 @@ void VAttentionKv::clear(int seq) {
     n_pos_[static_cast<size_t>(seq)] = 0;
     reserved_to_[static_cast<size_t>(seq)] = 0;
     published_[static_cast<size_t>(seq)] = Published();
+    summaries_reset(seq);
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
@@ -518,6 +520,7 @@ void VAttentionKv::set_lane_rows(int seq, int64_t layer, int64_t kv_head, int64_
     SIEVE_CHECKF(n >= 0 && n <= lane_capacity(seq, layer, kv_head), "set_lane_rows(%d, %lld, %lld, %lld): "
                  "capacity %lld", seq, static_cast<long long>(layer), static_cast<long long>(kv_head),
                  static_cast<long long>(n), static_cast<long long>(lane_capacity(seq, layer, kv_head)));
+    summaries_invalidate(seq, layer, kv_head, std::min(n, lanes_[lk].rows));
     lanes_[lk].rows = lanes_[lk + 1].rows = n;
 }
 
@@ -541,6 +544,7 @@ Status VAttentionKv::compact(int seq, int64_t layer, int64_t kv_head, const int3
         int32_t *pos = positions_[lk / 2].data();
         for (int64_t i = i0; i < n_keep; ++i) pos[i] = pos[keep_rows[i]];
     }
+    summaries_invalidate(seq, layer, kv_head, i0);
     return Status();
 }
 
@@ -593,6 +597,7 @@ Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_rows) {
         }
     }
     n_pos_[static_cast<size_t>(dst_seq)] = n_rows;
+    summaries_reset(dst_seq);
     return Status();
 }
 
@@ -865,6 +870,7 @@ Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_row
         ln.rows = n_rows;
         ln.cap = 0;
     }
+    summaries_reset(seq);
     if (!positions_.empty()) {
         const size_t n = static_cast<size_t>(shape_.n_layer * shape_.n_head_kv);
         for (size_t i = 0; i < n; ++i) {
