@@ -345,7 +345,8 @@ TEST_F(SparseModelTest, BudgetCoveringTheSequenceIsDenseBitForBit) {
     std::vector<std::vector<GenEvent>> dense_evs;
     const auto want = run_with_logits(*dense, reqs, &dense_evs);
     for (const char *text : {"streaming:budget=400", "snapkv:budget=400", "pyramidkv:budget=400", "layerwise:budget=400",
-                             "h2o:budget=400", "snapkv:keep=1", "h2o:keep=1,recent=0"}) {
+                             "h2o:budget=400", "snapkv:keep=1", "h2o:keep=1,recent=0", "quest:budget=400,page=16",
+                             "quest:budget=512,page=64,full_layers=0,interval=1"}) {
         std::vector<GenRequest> r = reqs;
         for (GenRequest &x : r) x.kv_policy = policy(text);
         std::vector<std::vector<GenEvent>> evs;
@@ -362,6 +363,51 @@ TEST_F(SparseModelTest, BudgetCoveringTheSequenceIsDenseBitForBit) {
         e->shutdown(true);
         EXPECT_EQ(e->stats().kv_pages_used, 0);
     }
+}
+
+// Page selection with a budget below the sequence: nothing is evicted (every
+// row stays, the pages stay mapped), the decode steps read a subset, so
+// their logits leave the dense ones but stay finite; a request's output does
+// not depend on the requests decoding beside it.
+TEST_F(SparseModelTest, QuestKeepsEveryRowAndReadsASubset) {
+    EngineOptions o;
+    o.max_seqs = 4;
+    o.max_ctx = 512;
+    o.max_batch_tokens = 64;
+    std::vector<GenRequest> reqs;
+    for (int i = 0; i < 3; ++i) reqs.push_back(greedy(random_prompt(200 + 37 * i, 60 + static_cast<uint32_t>(i)), 40));
+    auto dense = make_engine(o);
+    std::vector<std::vector<GenEvent>> dense_evs, alone_evs;
+    const auto want = run_with_logits(*dense, reqs, &dense_evs);
+    std::vector<GenRequest> r = reqs;
+    for (GenRequest &x : r) x.kv_policy = policy("quest:budget=64,page=16,full_layers=1,interval=2");
+    std::vector<std::vector<GenEvent>> evs;
+    auto e = make_engine(o);
+    const auto got = run_with_logits(*e, r, &evs);
+    ASSERT_EQ(got.size(), want.size());
+    int differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].steps.size(), want[i].steps.size());
+        // The prompt's logits (step 0) come from prefill: dense.
+        EXPECT_EQ(0, std::memcmp(got[i].steps[0].data(), want[i].steps[0].data(), want[i].steps[0].size() * sizeof(float)));
+        for (size_t t = 1; t < got[i].steps.size(); ++t) {
+            for (float x : got[i].steps[t]) ASSERT_TRUE(std::isfinite(x)) << "request " << i << " step " << t;
+            differ += std::memcmp(got[i].steps[t].data(), want[i].steps[t].data(), want[i].steps[t].size() * sizeof(float)) != 0;
+        }
+        EXPECT_EQ(evs[i].back().kv_rows_kept, evs[i].back().kv_rows_seen) << "page selection evicts nothing";
+    }
+    EXPECT_GT(differ, 0) << "a 64-row budget over 200+ rows must change some decode step";
+    // Alone, each request gives the same logits as in the batch.
+    for (size_t i = 0; i < r.size(); ++i) {
+        auto e1 = make_engine(o);
+        const auto alone = run_with_logits(*e1, {r[i]}, &alone_evs);
+        ASSERT_EQ(alone[0].steps.size(), got[i].steps.size());
+        for (size_t t = 0; t < got[i].steps.size(); ++t)
+            ASSERT_EQ(0, std::memcmp(alone[0].steps[t].data(), got[i].steps[t].data(), got[i].steps[t].size() * sizeof(float)))
+                << "request " << i << " step " << t;
+    }
+    e->shutdown(true);
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
 }
 
 // After prefill every lane holds what the policy's budget says (per layer);
@@ -421,7 +467,8 @@ TEST_F(SparseModelTest, BudgetsShrinkTheLanesAndReturnPages) {
 // finishes or is cancelled as asked, and every page and swap byte comes back.
 TEST_F(SparseModelTest, ConcurrentRandomPoliciesCancellationsAndPreemption) {
     const char *specs[] = {"dense", "streaming:budget=40", "snapkv:keep=0.1", "pyramidkv:keep=0.3", "layerwise:keep=0.2",
-                           "h2o:budget=60", "snapkv:budget=500", "streaming:sink=2,recent=30"};
+                           "h2o:budget=60", "snapkv:budget=500", "streaming:sink=2,recent=30",
+                           "quest:budget=64,page=16,full_layers=0,interval=2"};
     for (int64_t swap : {int64_t{1} << 30, int64_t{0}}) {
         EngineOptions o;
         o.max_seqs = 12;
@@ -440,8 +487,8 @@ TEST_F(SparseModelTest, ConcurrentRandomPoliciesCancellationsAndPreemption) {
         std::vector<bool> cancel_it;
         for (int i = 0; i < 32; ++i) {
             GenRequest r = greedy(random_prompt(60 + static_cast<int64_t>(rng() % 200), static_cast<uint32_t>(i)), 60 + rng() % 140);
-            const int k = static_cast<int>(rng() % 9);
-            if (k < 8) r.kv_policy = std::string(specs[k]) == "dense" ? KvPolicyPtr() : policy(specs[k]);
+            const int k = static_cast<int>(rng() % 10);
+            if (k < 9) r.kv_policy = std::string(specs[k]) == "dense" ? KvPolicyPtr() : policy(specs[k]);
             auto id = e->submit(r, col.callback());
             ASSERT_TRUE(id.ok()) << id.status().message();
             ids.push_back(*id);

@@ -8,11 +8,15 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     seq_.clear();
     want_.clear();
     sinks_.clear();
-    bool any_sink = false;
+    selectors_.clear();
+    bool any_sink = false, any_selector = false;
     for (const ScheduledSeq &p : plan) {
         Sequence &s = *p.seq;
         AttnScoreSink *sink = s.pstate && s.pstate->scoring ? &s.pstate->sink : nullptr;
         any_sink = any_sink || sink;
+        // Page selection is for decode queries: past the policy's after-prefill point.
+        AttnRowSelector *sel = s.pstate && s.policy_applied ? s.pstate->selector.get() : nullptr;
+        any_selector = any_selector || sel;
         for (int64_t i = 0; i < p.n_tokens; ++i) {
             const int64_t at = s.n_computed + i;
             tokens_.push_back(s.tokens[static_cast<size_t>(at)]);
@@ -20,6 +24,7 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
             seq_.push_back(s.slot);
             want_.push_back(p.wants_logits && i == p.n_tokens - 1 ? 1 : 0);
             sinks_.push_back(sink);
+            selectors_.push_back(sel);
         }
     }
     Batch b;
@@ -29,6 +34,7 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     b.n_tokens = static_cast<int64_t>(tokens_.size());
     b.want_logits = want_.data();
     b.score_sinks = any_sink ? sinks_.data() : nullptr;
+    b.selectors = any_selector ? selectors_.data() : nullptr;
     return b;
 }
 

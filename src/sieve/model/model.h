@@ -60,6 +60,21 @@ struct AttnScoreSink {
     float *acc = nullptr;  // [n_layer][n_head][cap]
 };
 
+// Page selection (Quest, LServe; sparse/quest.h). For a decode token of a
+// sequence with a selector, the forward pass asks, per layer, after the
+// token's q is rotated and its K/V row appended, which rows each KV head's
+// query group reads; the decode kernel then reads only those
+// (cpu::AttnArgs::spans). q: the token's queries [n_head, head_dim];
+// n_vis[g]: the rows lane g holds with the token's own (the last one).
+// nullptr means every row. The spans stay valid until the selector's next
+// call. Selectors are called one after another on the forward pass's thread.
+class AttnRowSelector {
+public:
+    virtual ~AttnRowSelector() = default;
+    virtual const cpu::RowSpans *select(int64_t layer, const float *q, KvCache &kv, int seq, const int64_t *n_vis) = 0;
+    virtual std::unique_ptr<AttnRowSelector> clone() const = 0;
+};
+
 struct Batch {
     const int32_t *tokens = nullptr;       // [n_tokens] token ids
     const int32_t *pos = nullptr;          // [n_tokens] positions
@@ -71,6 +86,9 @@ struct Batch {
     // [n_tokens] the score sink of each token's sequence (the same pointer for
     // a sequence's tokens), or nullptr; the whole array may be nullptr.
     AttnScoreSink *const *score_sinks = nullptr;
+    // [n_tokens] the row selector of each token's sequence, or nullptr; used
+    // for decode runs (one token of a sequence) only. The array may be nullptr.
+    AttnRowSelector *const *selectors = nullptr;
 };
 
 // Called with each named intermediate when set on a Workspace (debugging

@@ -7,7 +7,9 @@
 //      the lanes and before its first decode step: score, choose, compact
 //      (SnapKV / PyramidKV / layer-wise / StreamingLLM / H2O start here);
 //   2. after each decode step (slide a window, evict by accumulated score);
-//   3. before each decode step (select pages): added with page selection.
+//   3. before each decode step's attention (select pages): inside the forward
+//      pass, per layer, once the token's query exists — the state's
+//      AttnRowSelector (model.h) says which rows each KV head reads (Quest).
 // A policy compacts through KvCache::compact / compact_layer, so what it
 // drops goes back to the pool at once and the scheduler sees it in the
 // store's answers.
@@ -35,6 +37,24 @@ struct KvPolicyState {
     std::vector<float> acc;  // [n_layer][n_head][sink.cap] attention sums per lane row
     AttnScoreSink sink;
     bool scoring = false;    // pass &sink to the forward pass (the queries at >= sink.from_pos)
+    // Page selection (sparse/quest.h): handed to the forward pass for the
+    // sequence's decode tokens once its after-prefill point ran.
+    std::unique_ptr<AttnRowSelector> selector;
+
+    KvPolicyState() = default;
+    KvPolicyState(const KvPolicyState &o) { *this = o; }
+    KvPolicyState &operator=(const KvPolicyState &o) {
+        if (this == &o) return *this;
+        acc = o.acc;
+        sink = o.sink;
+        sink.acc = acc.empty() ? nullptr : acc.data();
+        scoring = o.scoring;
+        n_head = o.n_head;
+        n_layer = o.n_layer;
+        max_rows = o.max_rows;
+        selector = o.selector ? o.selector->clone() : nullptr;
+        return *this;
+    }
     int64_t n_head = 0;      // query heads of the model
     int64_t n_layer = 0;
     int64_t max_rows = 0;    // the most rows a lane of the sequence can hold (prompt + max_tokens)

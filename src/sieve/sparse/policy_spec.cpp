@@ -1,6 +1,8 @@
 #include "sieve/sparse/policy_spec.h"
 
+#include "sieve/kv/page_summary.h"
 #include "sieve/sparse/eviction.h"
+#include "sieve/sparse/quest.h"
 
 #include <cerrno>
 #include <cmath>
@@ -105,6 +107,28 @@ Result<KvPolicyPtr> make_pyramidkv(const KvPolicySpec &s) { return make_eviction
 Result<KvPolicyPtr> make_layerwise(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::layerwise); }
 Result<KvPolicyPtr> make_h2o(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::h2o); }
 
+Result<KvPolicyPtr> make_quest(const KvPolicySpec &spec) {
+    QuestParams p;
+    SIEVE_TRY(parse_int(spec, "budget", 1, k_max_rows, &p.budget));
+    SIEVE_TRY(parse_int(spec, "page", k_summary_rows, 65536, &p.page));
+    if (p.page % k_summary_rows != 0)
+        return Status::errorf("page=%lld: expected a multiple of %lld rows (the logical page of the key summaries)",
+                              static_cast<long long>(p.page), static_cast<long long>(k_summary_rows));
+    if (p.budget < p.page)
+        return Status::errorf("budget=%lld is below one page of %lld rows; expected budget >= page",
+                              static_cast<long long>(p.budget), static_cast<long long>(p.page));
+    SIEVE_TRY(parse_int(spec, "interval", 1, 1 << 20, &p.interval));
+    SIEVE_TRY(parse_int(spec, "sink", 0, k_max_rows, &p.sink));
+    SIEVE_TRY(parse_int(spec, "recent", 0, k_max_rows, &p.recent));
+    SIEVE_TRY(parse_int(spec, "full_layers", 0, 4096, &p.full_layers));
+    if (auto it = spec.params.find("agg"); it != spec.params.end()) {
+        if (it->second != "mean" && it->second != "max")
+            return Status::errorf("agg=%s: expected max or mean", it->second.c_str());
+        p.agg_max = it->second == "max";
+    }
+    return KvPolicyPtr(std::make_shared<QuestPolicy>(p, kv_policy_spec_label(spec)));
+}
+
 // The registry: add a row here when a policy lands.
 const std::vector<KvPolicyEntry> &kv_policy_table() {
     static const std::vector<KvPolicyEntry> table = {
@@ -124,6 +148,11 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          "H2O: heavy hitters by attention over every query + recent rows, evicting while decoding (default "
          "recent=budget/2)",
          make_h2o},
+        {"quest", {"budget", "page", "interval", "sink", "recent", "full_layers", "agg"},
+         "Quest page selection: every row kept, each decode query reads the pages of `page` rows with the highest "
+         "min/max bound, reselected every `interval` steps (default budget=2048, page=64, interval=4, sink=16, "
+         "full_layers=2, agg=max)",
+         make_quest},
     };
     return table;
 }

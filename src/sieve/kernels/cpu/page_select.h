@@ -1,0 +1,29 @@
+// Page scores for query-aware page selection (Quest, Tang et al. 2024):
+// the upper bound of q . k over the keys of each logical page, from the
+// page's per-channel min and max (kv/page_summary.h), combined over a GQA
+// group's query heads:
+//
+//   bound_h(p) = sum_c max(q_hc * min_pc, q_hc * max_pc)     >= q_h . k  for every key k of page p
+//   out[p]     = max_h bound_h(p)    (agg max: a page matters if any head of the group may need it)
+//              | mean_h bound_h(p)   (agg mean)
+#pragma once
+
+#include <cstdint>
+
+namespace sieve::cpu {
+
+struct PageScoreArgs {
+    const float *q = nullptr;          // [group, d]: the group's queries
+    int64_t group = 1;
+    int64_t d = 0;
+    const uint16_t *summary = nullptr; // [n_pages][2][d] f16: min row, max row per page
+    int64_t n_pages = 0;
+    bool agg_max = true;
+    float *out = nullptr;              // [n_pages]
+};
+
+void quest_page_scores(const PageScoreArgs &a);
+// Scalar oracle, double accumulation.
+void quest_page_scores_ref(const PageScoreArgs &a);
+
+}  // namespace sieve::cpu

@@ -1,0 +1,95 @@
+// Query-aware page selection: Quest (Tang et al. 2024) with LServe's
+// hierarchical paging and reusable selector (Yang et al. 2025). Nothing is
+// evicted: every row stays in its lane, and each decode query reads only the
+// pages whose keys it can attend to most.
+//
+// Per decode token, per layer >= full_layers, per KV head (of n rows, the
+// token's own included):
+//   1. each logical page of 16 keys gets the Quest bound of the group's
+//      queries over its min/max summary (kernels/cpu/page_select.h), the
+//      group's heads combined by max (a page is read for the whole group, so
+//      it counts if any head may need it) or mean (agg=);
+//   2. a selection unit ("physical page") of `page` rows scores the max of
+//      its logical pages (LServe: small logical pages for accuracy, larger
+//      units for cheap reading);
+//   3. the units covering rows [0, sink), the last `recent` rows and the
+//      newest (partial) unit are always read; the best other units fill the
+//      budget of `budget` rows (ties: the earlier unit);
+//   4. the selection is reused for `interval` decode steps; rows appended
+//      meanwhile belong to the newest unit, which is always read.
+// A lane of at most `budget` rows is read whole (dense bits).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sieve/sparse/policy.h"
+
+namespace sieve {
+
+struct QuestParams {
+    int64_t budget = 2048;     // rows a KV head reads per decode step
+    int64_t page = 64;         // rows per selection unit (a multiple of k_summary_rows)
+    int64_t interval = 4;      // decode steps a selection is reused for
+    int64_t sink = 16;         // first rows always read
+    int64_t recent = 0;        // last rows always read (besides the newest unit)
+    int64_t full_layers = 2;   // the first layers read every row
+    bool agg_max = true;       // a group's heads combined by max (else mean)
+};
+
+// Selection counters of one sequence (or summed over many).
+struct QuestStats {
+    int64_t n_selects = 0;     // (layer, KV head) selections made
+    int64_t n_reuses = 0;      // ... reused from an earlier step
+    int64_t rows_read = 0;     // rows the selected spans hold, over every call
+    int64_t rows_seen = 0;     // rows the lanes held, over every call
+    int64_t select_ns = 0;     // time in select(): summaries, scores, top units
+};
+
+class QuestSelector final : public AttnRowSelector {
+public:
+    QuestSelector(const QuestParams &p, const KvShape &shape, int64_t n_head);
+    const cpu::RowSpans *select(int64_t layer, const float *q, KvCache &kv, int seq, const int64_t *n_vis) override;
+    std::unique_ptr<AttnRowSelector> clone() const override { return std::make_unique<QuestSelector>(*this); }
+    // Forgets every selection (a new prefill of the sequence).
+    void reset();
+    const QuestStats &stats() const { return stats_; }
+
+private:
+    struct Choice {
+        std::vector<int32_t> units;  // selected units before the newest one, ascending
+        int64_t tail_row = -1;       // first row of the newest unit when chosen (-1: none yet)
+        int64_t step = 0;            // decode step it was chosen at
+    };
+    // Chooses units for lane (layer, g) of n rows and records them in c.
+    void choose(int64_t layer, int64_t g, const float *q, KvCache &kv, int seq, int64_t n, Choice &c);
+
+    QuestParams p_;
+    int64_t n_layer_, n_head_kv_, n_head_, d_;
+    int64_t step_ = 0;
+    std::vector<Choice> choices_;  // [n_layer][n_head_kv]
+    std::vector<float> logical_, unit_score_;
+    std::vector<int32_t> order_;
+    std::vector<int32_t> rows_;      // spans of the current call
+    std::vector<int64_t> first_;
+    cpu::RowSpans spans_;
+    QuestStats stats_;
+};
+
+class QuestPolicy final : public KvPolicy {
+public:
+    QuestPolicy(const QuestParams &p, std::string label) : p_(p), label_(std::move(label)) {}
+    std::string name() const override { return label_; }
+    std::unique_ptr<KvPolicyState> make_state(const KvShape &shape, int64_t n_head, int64_t max_rows) const override;
+    void begin_prefill(KvPolicyState *state, int64_t n_total) const override;
+    Status after_prefill(const PolicyContext &ctx) const override { return Status(); }
+    const QuestParams &params() const { return p_; }
+
+private:
+    QuestParams p_;
+    std::string label_;
+};
+
+}  // namespace sieve

@@ -1,0 +1,242 @@
+// Quest page selection: the page-score kernel against its scalar reference,
+// and the selector's spans against a selection made here from the same
+// scores by a full sort (forced sink / recent / newest units, budget, reuse
+// across `interval` steps, dense lanes within the budget).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "kernels_test_util.h"
+#include "sieve/core/fp16.h"
+#include "sieve/kernels/cpu/page_select.h"
+#include "sieve/kv/contiguous_kv.h"
+#include "sieve/kv/page_summary.h"
+#include "sieve/sparse/policy_spec.h"
+#include "sieve/sparse/quest.h"
+
+namespace sieve {
+namespace {
+
+TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
+    std::mt19937 rng(91);
+    for (int rep = 0; rep < 40; ++rep) {
+        const int64_t group = 1 + rep % 7, d = std::vector<int64_t>{8, 24, 64, 128}[rep % 4];
+        const int64_t n_rows = 1 + static_cast<int64_t>(rng() % 300), n_pages = summary_pages(n_rows);
+        std::vector<uint16_t> keys(static_cast<size_t>(n_rows * d));
+        const std::vector<float> kv = test::random_values(rng, keys.size(), 1.5f);
+        for (size_t i = 0; i < keys.size(); ++i) keys[i] = fp32_to_fp16(kv[i]);
+        std::vector<uint16_t> summary(static_cast<size_t>(n_pages * 2 * d));
+        summarize_lane_ref(cpu::RowType::f16, keys.data(), n_rows, d, summary.data());
+        const std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
+        for (bool agg_max : {true, false}) {
+            std::vector<float> got(static_cast<size_t>(n_pages)), want(got.size());
+            cpu::PageScoreArgs a;
+            a.q = q.data();
+            a.group = group;
+            a.d = d;
+            a.summary = summary.data();
+            a.n_pages = n_pages;
+            a.agg_max = agg_max;
+            a.out = got.data();
+            cpu::quest_page_scores(a);
+            a.out = want.data();
+            cpu::quest_page_scores_ref(a);
+            for (int64_t p = 0; p < n_pages; ++p) {
+                ASSERT_NEAR(got[p], want[p], 1e-4f * (1.0f + std::fabs(want[p]))) << "page " << p;
+                // The bound: no key of the page scores above it (for max, per head).
+                if (!agg_max) continue;
+                for (int64_t r = p * k_summary_rows; r < std::min(n_rows, (p + 1) * k_summary_rows); ++r)
+                    for (int64_t h = 0; h < group; ++h) {
+                        double dot = 0.0;
+                        for (int64_t c = 0; c < d; ++c) dot += q[h * d + c] * fp16_to_fp32(keys[r * d + c]);
+                        ASSERT_LE(dot, want[p] + 1e-3 * (1.0 + std::fabs(want[p]))) << "page " << p << " row " << r;
+                    }
+            }
+        }
+    }
+}
+
+// A store with one slot of random f16 keys per lane.
+struct Lanes {
+    KvShape shape;
+    std::unique_ptr<ContiguousKv> kv;
+    Lanes(std::mt19937 &rng, int64_t n_layer, int64_t n_kv, int64_t d, const std::vector<int64_t> &rows) {
+        shape.n_seq = 1;
+        shape.n_layer = n_layer;
+        shape.n_head_kv = n_kv;
+        shape.head_dim = d;
+        shape.type = cpu::RowType::f16;
+        kv = std::move(ContiguousKv::create(shape, 4096).value());
+        const int64_t n = *std::max_element(rows.begin(), rows.end());
+        EXPECT_TRUE(kv->reserve(0, n).ok());
+        for (int64_t l = 0; l < n_layer; ++l)
+            for (int64_t g = 0; g < n_kv; ++g) {
+                const std::vector<float> v = test::random_values(rng, static_cast<size_t>(n * d), 1.5f);
+                auto *k = static_cast<uint16_t *>(kv->k_data(0, l, g));
+                for (size_t i = 0; i < v.size(); ++i) k[i] = fp32_to_fp16(v[i]);
+            }
+        kv->set_n_pos(0, n);
+        // Lanes of different lengths (a compacted lane): keep each lane's first rows.
+        for (int64_t l = 0; l < n_layer; ++l)
+            for (int64_t g = 0; g < n_kv; ++g) {
+                const int64_t r = rows[static_cast<size_t>(g % rows.size())];
+                std::vector<int32_t> keep(static_cast<size_t>(r));
+                for (int32_t i = 0; i < r; ++i) keep[static_cast<size_t>(i)] = i;
+                EXPECT_TRUE(kv->compact(0, l, g, keep.data(), r).ok());
+            }
+    }
+};
+
+// The units (of `page` rows) the selector should read for lane (layer, g) of
+// n rows, the token's own included: chosen here by a full sort.
+std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t layer, int64_t g, const float *q,
+                                 int64_t group, int64_t n) {
+    const int64_t d = kv.shape().head_dim, unit = p.page, newest = (n + unit - 1) / unit - 1;
+    const int64_t n_logical = summary_pages(n - 1);
+    std::vector<uint16_t> summary(static_cast<size_t>(n_logical * 2 * d));
+    summarize_lane_ref(kv.shape().type, kv.k_data(0, layer, g), n - 1, d, summary.data());
+    std::vector<float> logical(static_cast<size_t>(n_logical));
+    cpu::PageScoreArgs a;
+    a.q = q + g * group * d;
+    a.group = group;
+    a.d = d;
+    a.summary = summary.data();
+    a.n_pages = n_logical;
+    a.agg_max = p.agg_max;
+    a.out = logical.data();
+    cpu::quest_page_scores(a);
+    std::set<int64_t> units = {newest};
+    for (int64_t u = 0; u < newest; ++u)
+        if (u * unit < p.sink || (p.recent > 0 && (u + 1) * unit > n - p.recent)) units.insert(u);
+    std::vector<std::pair<float, int64_t>> rest;
+    for (int64_t u = 0; u < newest; ++u) {
+        if (units.count(u)) continue;
+        float s = -INFINITY;
+        for (int64_t j = u * unit / k_summary_rows; j < (u + 1) * unit / k_summary_rows; ++j) s = std::max(s, logical[j]);
+        rest.emplace_back(-s, u);
+    }
+    std::sort(rest.begin(), rest.end());
+    const int64_t want = std::max<int64_t>(0, p.budget / unit - static_cast<int64_t>(units.size()));
+    for (int64_t i = 0; i < std::min<int64_t>(want, static_cast<int64_t>(rest.size())); ++i) units.insert(rest[i].second);
+    return units;
+}
+
+std::set<int64_t> units_of(const cpu::RowSpans &sp, int64_t g, int64_t unit, int64_t n) {
+    std::set<int64_t> out;
+    for (int64_t i = 0; i < sp.n_spans(g); ++i) {
+        EXPECT_EQ(0, sp.begin(g, i) % unit);
+        EXPECT_TRUE(sp.end(g, i) % unit == 0 || sp.end(g, i) == n);
+        for (int64_t r = sp.begin(g, i); r < sp.end(g, i); r += unit) out.insert(r / unit);
+    }
+    return out;
+}
+
+TEST(QuestSelector, SpansAreTheBestUnitsWithinTheBudgetPlusSinkRecentAndNewest) {
+    std::mt19937 rng(92);
+    struct Case {
+        const char *spec;
+        std::vector<int64_t> rows;  // per KV head (cycled)
+    };
+    const Case cases[] = {
+        {"quest:budget=256,page=64,full_layers=0", {1000, 700}},
+        {"quest:budget=128,page=16,sink=40,recent=50,full_layers=1", {333, 129}},
+        {"quest:budget=64,page=32,agg=mean,full_layers=0", {97, 300}},
+        {"quest:budget=512,page=64,full_layers=0", {400, 2000}},  // head 0 within the budget: dense
+        {"quest:budget=64,page=64,sink=0,full_layers=0", {600, 600}},
+    };
+    for (const Case &c : cases) {
+        auto spec = kv_policy_spec_parse(c.spec);
+        ASSERT_TRUE(spec.ok()) << spec.status().message();
+        auto pol = kv_policy_make(*spec);
+        ASSERT_TRUE(pol.ok()) << pol.status().message();
+        const QuestParams p = static_cast<const QuestPolicy &>(**pol).params();
+        const int64_t n_layer = 3, n_kv = 2, group = 3, d = 64, n_head = n_kv * group;
+        Lanes lanes(rng, n_layer, n_kv, d, c.rows);
+        QuestSelector sel(p, lanes.shape, n_head);
+        const std::vector<float> q = test::random_values(rng, static_cast<size_t>(n_head * d));
+        for (int64_t l = 0; l < n_layer; ++l) {
+            std::vector<int64_t> vis(static_cast<size_t>(n_kv));
+            for (int64_t g = 0; g < n_kv; ++g) vis[static_cast<size_t>(g)] = lanes.kv->n_rows(0, l, g) + 1;
+            const cpu::RowSpans *sp = sel.select(l, q.data(), *lanes.kv, 0, vis.data());
+            if (l < p.full_layers) {
+                EXPECT_EQ(sp, nullptr) << c.spec;
+                continue;
+            }
+            bool any_sparse = false;
+            for (int64_t g = 0; g < n_kv; ++g) any_sparse = any_sparse || vis[static_cast<size_t>(g)] > p.budget;
+            if (!any_sparse) {
+                EXPECT_EQ(sp, nullptr) << c.spec;
+                continue;
+            }
+            ASSERT_NE(sp, nullptr) << c.spec;
+            for (int64_t g = 0; g < n_kv; ++g) {
+                const int64_t n = vis[static_cast<size_t>(g)];
+                if (n <= p.budget) {
+                    ASSERT_EQ(sp->n_spans(g), 1);
+                    EXPECT_EQ(sp->begin(g, 0), 0);
+                    EXPECT_EQ(sp->end(g, 0), n) << c.spec << ": a lane within the budget is read whole";
+                    continue;
+                }
+                EXPECT_EQ(units_of(*sp, g, p.page, n), expected_units(p, *lanes.kv, l, g, q.data(), group, n))
+                    << c.spec << " layer " << l << " head " << g;
+                if (p.sink == 0 && p.recent == 0) {
+                    EXPECT_LE(sp->n_rows(g), p.budget) << c.spec;
+                }
+            }
+        }
+    }
+}
+
+TEST(QuestSelector, ASelectionIsReusedForIntervalStepsAndCoversNewRows) {
+    std::mt19937 rng(93);
+    auto spec = kv_policy_spec_parse("quest:budget=128,page=16,interval=3,full_layers=0");
+    const QuestParams p = static_cast<const QuestPolicy &>(**kv_policy_make(*spec)).params();
+    Lanes lanes(rng, 1, 1, 64, {500});
+    QuestSelector sel(p, lanes.shape, 2);
+    std::set<int64_t> chosen;
+    for (int step = 0; step < 7; ++step) {
+        // A new query each step; the lane grows by one row each step.
+        const std::vector<float> q = test::random_values(rng, 2 * 64);
+        const int64_t n = lanes.kv->n_rows(0, 0, 0) + 1;
+        const cpu::RowSpans *sp = sel.select(0, q.data(), *lanes.kv, 0, &n);
+        ASSERT_NE(sp, nullptr);
+        std::set<int64_t> units = units_of(*sp, 0, p.page, n);
+        EXPECT_EQ(sp->end(0, sp->n_spans(0) - 1), n) << "the newest rows are always read";
+        if (step % 3 == 0) {
+            EXPECT_EQ(units, expected_units(p, *lanes.kv, 0, 0, q.data(), 2, n)) << "step " << step;
+            chosen = units;
+        } else {
+            // Reused: the earlier choice, plus units the newest one grew into.
+            for (int64_t u : chosen) EXPECT_TRUE(units.count(u)) << "step " << step << " unit " << u;
+            for (int64_t u : units) EXPECT_TRUE(chosen.count(u) || u >= *chosen.rbegin()) << "step " << step;
+        }
+        // Append a row (16 rows a page: the newest unit moves on at step 12).
+        ASSERT_TRUE(lanes.kv->reserve(0, lanes.kv->n_pos(0) + 1).ok());
+        auto *k = static_cast<uint16_t *>(lanes.kv->k_data(0, 0, 0)) + lanes.kv->n_rows(0, 0, 0) * 64;
+        for (int c = 0; c < 64; ++c) k[c] = fp32_to_fp16(static_cast<float>(rng() % 100) / 50.0f - 1.0f);
+        lanes.kv->set_n_pos(0, lanes.kv->n_pos(0) + 1);
+    }
+    EXPECT_EQ(sel.stats().n_selects, 3);
+    EXPECT_EQ(sel.stats().n_reuses, 4);
+}
+
+TEST(QuestSelector, BadSpecsSayWhatIsExpected) {
+    for (const auto &[text, want] : std::vector<std::pair<const char *, const char *>>{
+             {"quest:page=24", "page=24: expected a multiple of 16"},
+             {"quest:budget=32,page=64", "budget=32 is below one page"},
+             {"quest:interval=0", "interval=0: expected an integer"},
+             {"quest:agg=median", "agg=median: expected max or mean"},
+             {"quest:keep=0.1", "quest has no key 'keep'"}}) {
+        auto spec = kv_policy_spec_parse(text);
+        std::string msg = spec.ok() ? kv_policy_make(*spec).status().message() : spec.status().message();
+        EXPECT_NE(msg.find(want), std::string::npos) << text << ": " << msg;
+    }
+}
+
+}  // namespace
+}  // namespace sieve
