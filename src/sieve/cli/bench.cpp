@@ -466,6 +466,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                               slots.c_str(), kv.status().message().c_str());
     }
     std::unique_ptr<Workspace> ws = m.make_workspace(std::max<int64_t>(o.n_batch, max_par), max_par);
+    if (o.kv_policy) SIEVE_TRY(o.kv_policy->check_model((*kv)->shape(), m.config().n_head).with_context("--kv-policy"));
 
     for (int64_t n_threads : o.n_threads) {
         ThreadPool pool(static_cast<int>(n_threads));

@@ -17,6 +17,7 @@ void print_usage(FILE *out) {
                  "  bench  prompt and generation speed at context depths (like llama-bench)\n"
                  "  bench-serve  load an OpenAI-compatible server: TTFT, TPOT, ITL, throughput\n"
                  "  eval   accuracy of KV policies against dense on long-context tasks (like RULER)\n"
+                 "  calibrate  a head profile (streaming vs retrieval heads) for --kv-policy lserve\n"
                  "\n"
                  "`sieve <command> --help` lists a command's options.\n");
 }
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
     if (std::strcmp(cmd, "bench") == 0) return sieve::cli::cmd_bench(argc - 1, argv + 1);
     if (std::strcmp(cmd, "bench-serve") == 0) return sieve::cli::cmd_bench_serve(argc - 1, argv + 1);
     if (std::strcmp(cmd, "eval") == 0) return sieve::cli::cmd_eval(argc - 1, argv + 1);
+    if (std::strcmp(cmd, "calibrate") == 0) return sieve::cli::cmd_calibrate(argc - 1, argv + 1);
     if (std::strcmp(cmd, "--help") == 0 || std::strcmp(cmd, "-h") == 0 || std::strcmp(cmd, "help") == 0) {
         print_usage(stdout);
         return 0;

@@ -342,6 +342,12 @@ int cmd_run(int argc, char **argv) {
             std::fprintf(stderr, "sieve run: %s\n", st.message().c_str());
             return k_exit_usage;
         }
+        if (policy) {
+            if (Status st = policy->check_model((*kv)->shape(), (*model)->config().n_head); !st.ok()) {
+                std::fprintf(stderr, "sieve run: --kv-policy: %s\n", st.message().c_str());
+                return k_exit_usage;
+            }
+        }
         gen.set_policy(std::move(policy));
     }
     const std::string bos_text = (*tok)->bos_id() >= 0 ? (*tok)->token_to_piece((*tok)->bos_id()) : "";

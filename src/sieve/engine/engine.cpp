@@ -203,6 +203,7 @@ Status Engine::Impl::validate(const GenRequest &req) const {
     const KvPolicyPtr &policy = req.kv_policy ? *req.kv_policy : opt.kv_policy;
     int64_t decode_pages = VAttentionKv::seq_pages_for_rows(shape, opt.kv_page_bytes, n_prompt + req.max_tokens);
     if (policy) {
+        SIEVE_TRY(policy->check_model(shape, model.config().n_head));
         KvShape layer = shape;
         layer.n_layer = 1;
         decode_pages = 0;

@@ -310,6 +310,10 @@ bool api_parse_request(std::string_view body, ApiKind kind, const ApiLimits &lim
                                              kv_policy_names() + ")");
         Result<KvPolicySpec> spec = kv_policy_spec_parse(text);
         if (!spec.ok()) return fail(err, "kv_policy", spec.status().message());
+        if (spec->params.count("profile"))
+            return fail(err, "kv_policy", "the server reads no files, so a request cannot name a head profile; "
+                                          "start the server with --kv-policy " + spec->name + ":...,profile=FILE and "
+                                          "leave kv_policy out");
         Result<KvPolicyPtr> made = kv_policy_make(*spec);
         if (!made.ok()) return fail(err, "kv_policy", made.status().message());
         out->kv_policy = *made;

@@ -115,6 +115,10 @@ public:
     virtual int64_t decode_rows(int64_t n_prompt, int64_t n_gen, int64_t layer, int64_t n_layer) const {
         return kept_rows(n_prompt, layer, n_layer) + n_gen;
     }
+    // Whether the policy fits a model with these lanes and n_head query heads
+    // (a head profile made for another model does not); checked when a
+    // request is validated.
+    virtual Status check_model(const KvShape &shape, int64_t n_head) const { return Status(); }
     // Of a prefill of n_total tokens, how many leading ones may come from the
     // prefix cache, i.e. be left out of the forward pass: a policy that scores
     // queries needs those queries computed (SnapKV's window: the last

@@ -2,6 +2,7 @@
 
 #include "sieve/kv/page_summary.h"
 #include "sieve/sparse/eviction.h"
+#include "sieve/sparse/lserve.h"
 #include "sieve/sparse/quest.h"
 
 #include <cerrno>
@@ -129,6 +130,38 @@ Result<KvPolicyPtr> make_quest(const KvPolicySpec &spec) {
     return KvPolicyPtr(std::make_shared<QuestPolicy>(p, kv_policy_spec_label(spec)));
 }
 
+Result<KvPolicyPtr> make_lserve(const KvPolicySpec &spec) {
+    LServeParams p;
+    p.quest.budget = 4096;
+    p.quest.full_layers = 0;
+    auto prof = spec.params.find("profile");
+    if (prof == spec.params.end())
+        return Status::error("lserve needs profile=FILE, a head profile (make one with `sieve calibrate -m MODEL -o "
+                             "FILE`)");
+    p.profile_path = prof->second;
+    SIEVE_TRY(parse_real(spec, "static", 0.0, 1.0, false, &p.static_frac));
+    SIEVE_TRY(parse_int(spec, "sink", 0, k_max_rows, &p.sink));
+    SIEVE_TRY(parse_int(spec, "recent", 1, k_max_rows, &p.recent));
+    SIEVE_TRY(parse_int(spec, "budget", 1, k_max_rows, &p.quest.budget));
+    SIEVE_TRY(parse_int(spec, "page", k_summary_rows, 65536, &p.quest.page));
+    SIEVE_TRY(parse_int(spec, "interval", 1, 1 << 20, &p.quest.interval));
+    if (p.quest.page % k_summary_rows != 0)
+        return Status::errorf("page=%lld: expected a multiple of %lld rows (the logical page of the key summaries)",
+                              static_cast<long long>(p.quest.page), static_cast<long long>(k_summary_rows));
+    if (p.quest.budget < p.quest.page)
+        return Status::errorf("budget=%lld is below one page of %lld rows; expected budget >= page",
+                              static_cast<long long>(p.quest.budget), static_cast<long long>(p.quest.page));
+    if (auto it = spec.params.find("agg"); it != spec.params.end()) {
+        if (it->second != "mean" && it->second != "max")
+            return Status::errorf("agg=%s: expected max or mean", it->second.c_str());
+        p.quest.agg_max = it->second == "max";
+    }
+    p.quest.sink = p.sink;
+    Result<HeadProfile> profile = head_profile_load(p.profile_path);
+    if (!profile.ok()) return profile.status();
+    return KvPolicyPtr(std::make_shared<LServePolicy>(p, std::move(*profile), kv_policy_spec_label(spec)));
+}
+
 // The registry: add a row here when a policy lands.
 const std::vector<KvPolicyEntry> &kv_policy_table() {
     static const std::vector<KvPolicyEntry> table = {
@@ -153,6 +186,11 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          "min/max bound, reselected every `interval` steps (default budget=2048, page=64, interval=4, sink=16, "
          "full_layers=2, agg=max)",
          make_quest},
+        {"lserve", {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg"},
+         "LServe: the `static` fraction of KV heads with the lowest head-profile scores keep sink + recent rows "
+         "(streaming heads), the rest read Quest pages (default static=0.5, budget=4096, interval=4, sink=64, "
+         "recent=256; profile=FILE from `sieve calibrate` is required)",
+         make_lserve},
     };
     return table;
 }

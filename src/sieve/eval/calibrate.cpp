@@ -1,0 +1,178 @@
+#include "sieve/eval/calibrate.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "sieve/kv/contiguous_kv.h"
+
+namespace sieve {
+
+namespace {
+
+// Per KV head of every layer: the sum of the per-position ratios and their count.
+struct Acc {
+    std::vector<double> sum;
+    int64_t n = 0;
+};
+
+// One sample: the prompt + its answer through the model, then the ratios.
+Status calibrate_sample(const Model &model, const std::vector<int32_t> &tokens, int64_t n_prompt,
+                        const CalibrateOptions &opt, ThreadPool &pool, Acc *acc) {
+    const ModelConfig &c = model.config();
+    const int64_t n = static_cast<int64_t>(tokens.size()), hd = c.head_dim, nkv = c.n_head_kv;
+    const int64_t group = c.n_head / nkv, qd = c.q_dim();
+    Result<std::unique_ptr<ContiguousKv>> kvr = ContiguousKv::create(model.kv_shape(1, opt.kv_type), n);
+    if (!kvr.ok()) return kvr.status();
+    ContiguousKv &kv = **kvr;
+    // The answer positions: queries at p0 .. n - 2 predict tokens p0 + 1 .. n - 1.
+    const int64_t p0 = n_prompt - 1, n_ans = n - 1 - p0;
+    std::vector<float> qs(static_cast<size_t>(c.n_layer * n_ans * qd));
+    int64_t chunk0 = 0;
+    std::unique_ptr<Workspace> ws = model.make_workspace(opt.chunk);
+    ws->callback = [&](const char *name, int il, const float *data, int64_t rows, int64_t cols) {
+        if (il < 0 || std::string(name) != "q") return;
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t pos = chunk0 + r;
+            if (pos < p0 || pos >= n - 1) continue;
+            std::copy(data + r * cols, data + (r + 1) * cols,
+                      qs.data() + (static_cast<int64_t>(il) * n_ans + (pos - p0)) * qd);
+        }
+    };
+    std::vector<int32_t> pos(static_cast<size_t>(opt.chunk)), seq(static_cast<size_t>(opt.chunk), 0);
+    for (chunk0 = 0; chunk0 < n;) {
+        const int64_t m = std::min(opt.chunk, n - chunk0);
+        for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(chunk0 + i);
+        Batch b;
+        b.tokens = tokens.data() + chunk0;
+        b.pos = pos.data();
+        b.seq = seq.data();
+        b.n_tokens = m;
+        SIEVE_TRY(model.forward(b, kv, *ws, pool));
+        chunk0 += m;
+    }
+    ws->callback = nullptr;
+    // Both attentions per (layer, answer position), every KV head at once
+    // (each head's output depends on its own rows only).
+    std::vector<const void *> kp(static_cast<size_t>(nkv)), vp(static_cast<size_t>(nkv));
+    std::vector<float> o_full(static_cast<size_t>(qd)), o_str(static_cast<size_t>(qd));
+    std::vector<int32_t> rows;
+    std::vector<int64_t> first(static_cast<size_t>(nkv + 1));
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+        for (int64_t g = 0; g < nkv; ++g) {
+            kp[static_cast<size_t>(g)] = kv.k_data(0, il, g);
+            vp[static_cast<size_t>(g)] = kv.v_data(0, il, g);
+        }
+        for (int64_t t = 0; t < n_ans; ++t) {
+            const int64_t n_vis = p0 + t + 1;
+            cpu::AttnArgs a;
+            a.q = qs.data() + (il * n_ans + t) * qd;
+            a.k = kp.data();
+            a.v = vp.data();
+            a.kv_type = opt.kv_type;
+            a.n_q = 1;
+            a.n_past = n_vis - 1;
+            a.n_head = c.n_head;
+            a.n_head_kv = nkv;
+            a.head_dim = hd;
+            a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            a.o = o_full.data();
+            cpu::attention_decode(a, pool);
+            // The streaming pattern: [0, sink) and the last `recent` rows.
+            rows.clear();
+            const int64_t s_end = std::min(opt.sink, n_vis), r_begin = std::max(s_end, n_vis - opt.recent);
+            for (int64_t g = 0; g < nkv; ++g) {
+                if (r_begin == s_end) {  // the pattern covers every row
+                    rows.push_back(0);
+                    rows.push_back(static_cast<int32_t>(n_vis));
+                } else {
+                    if (s_end > 0) {
+                        rows.push_back(0);
+                        rows.push_back(static_cast<int32_t>(s_end));
+                    }
+                    rows.push_back(static_cast<int32_t>(r_begin));
+                    rows.push_back(static_cast<int32_t>(n_vis));
+                }
+                first[static_cast<size_t>(g + 1)] = static_cast<int64_t>(rows.size() / 2);
+            }
+            first[0] = 0;
+            cpu::RowSpans sp;
+            sp.rows = rows.data();
+            sp.first = first.data();
+            a.spans = &sp;
+            a.o = o_str.data();
+            cpu::attention_decode(a, pool);
+            for (int64_t g = 0; g < nkv; ++g) {
+                double num = 0.0, den = 0.0;
+                for (int64_t i = g * group * hd; i < (g + 1) * group * hd; ++i) {
+                    const double f = o_full[static_cast<size_t>(i)], s = o_str[static_cast<size_t>(i)];
+                    num += (s - f) * (s - f);
+                    den += f * f;
+                }
+                acc->sum[static_cast<size_t>(il * nkv + g)] += den > 0.0 ? num / den : 0.0;
+            }
+        }
+    }
+    acc->n += n_ans;
+    return Status();
+}
+
+}  // namespace
+
+Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
+                                    const CalibrateOptions &opt, ThreadPool &pool,
+                                    const std::function<void(int64_t, int64_t)> &progress) {
+    if (opt.n_samples < 1 || opt.ctx.empty() || opt.sink < 0 || opt.recent < 1 || opt.chunk < 1)
+        return Status::errorf("calibrate: samples %lld, %zu lengths, sink %lld, recent %lld: expected samples >= 1, "
+                              "a length, sink >= 0, recent >= 1",
+                              static_cast<long long>(opt.n_samples), opt.ctx.size(), static_cast<long long>(opt.sink),
+                              static_cast<long long>(opt.recent));
+    const ModelConfig &c = model.config();
+    Acc acc;
+    acc.sum.assign(static_cast<size_t>(c.n_layer * c.n_head_kv), 0.0);
+    const int64_t total = opt.n_samples * static_cast<int64_t>(opt.ctx.size());
+    int64_t done = 0;
+    for (int64_t ctx : opt.ctx) {
+        for (int64_t i = 0; i < opt.n_samples; ++i) {
+            TaskOptions to = opt.task_opt;
+            to.n_tokens = ctx;
+            to.seed = opt.seed + static_cast<uint64_t>(i);
+            to.depth = opt.n_samples > 1 ? static_cast<double>(i) / static_cast<double>(opt.n_samples - 1) : 0.5;
+            Result<EvalSample> s = make_sample(opt.task, to, tok, tmpl);
+            if (!s.ok()) return s.status().with_context("calibrate");
+            if (s->answers.empty())
+                return Status::errorf("calibrate: task '%s' has no answers to calibrate on; use a retrieval task "
+                                      "(passkey, niah_multikey, ...)",
+                                      opt.task.c_str());
+            std::string answer;
+            for (const std::string &a : s->answers) answer += " " + a;
+            std::vector<int32_t> tokens = s->prompt_ids;
+            const std::vector<int32_t> ans = tok.encode(answer, /*add_bos=*/false, /*parse_special=*/false);
+            tokens.insert(tokens.end(), ans.begin(), ans.end());
+            SIEVE_TRY(calibrate_sample(model, tokens, static_cast<int64_t>(s->prompt_ids.size()), opt, pool, &acc));
+            if (progress) progress(++done, total);
+        }
+    }
+    HeadProfile p;
+    p.n_layer = c.n_layer;
+    p.n_head_kv = c.n_head_kv;
+    p.sink = opt.sink;
+    p.recent = opt.recent;
+    p.method =
+        "gradient-free DuoAttention: per KV head, the mean over answer positions of |o(sink+recent) - o(full)|^2 / "
+        "|o(full)|^2 over the head's query group, the head's decode attention restricted to the first `sink` and "
+        "the last `recent` rows";
+    nlohmann::json d;
+    d["task"] = opt.task;
+    d["ctx"] = opt.ctx;
+    d["samples"] = opt.n_samples;
+    d["seed"] = opt.seed;
+    d["n_needles"] = opt.task_opt.n_needles;
+    d["answer_positions"] = acc.n;
+    d["kv_type"] = cpu::row_type_name(opt.kv_type);
+    p.data_json = d.dump();
+    p.scores.resize(acc.sum.size());
+    for (size_t i = 0; i < acc.sum.size(); ++i) p.scores[i] = acc.n > 0 ? acc.sum[i] / static_cast<double>(acc.n) : 0.0;
+    return p;
+}
+
+}  // namespace sieve

@@ -1,0 +1,57 @@
+// Head calibration for streaming heads (`sieve calibrate`): a gradient-free
+// version of DuoAttention's (Xiao et al. 2024) retrieval-head identification.
+//
+// On synthetic retrieval samples (eval/tasks.h; niah_multikey by default:
+// several key -> value needles, one asked for), the correct answer is
+// appended to each prompt and the whole sequence run through the model once
+// (dense KV), keeping every layer's rotated queries at the answer positions
+// (the last prompt token and every answer token but the last: the queries
+// that produce the answer). Then, for each of those queries, layer and KV
+// head, the head's decode attention is computed twice over the same lanes:
+// over every row, and restricted to the streaming pattern (the first `sink`
+// rows and the last `recent`). A KV head's score is the mean over the
+// answer positions of
+//
+//   sum_{h in group} |o_h(streaming) - o_h(full)|^2  /  sum_{h in group} |o_h(full)|^2
+//
+// i.e. how much of its output the head loses when it alone sees only sinks
+// and a window. Heads that retrieve (the needle lives mid-context) score
+// high; heads whose attention is local score near 0 and can be streaming
+// heads. Deterministic: the samples come from the seed, the arithmetic is
+// the engine's own kernels in a fixed order (bit for bit with the same
+// thread count; another count splits the attention differently, which moves
+// scores by rounding only).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sieve/core/status.h"
+#include "sieve/core/thread_pool.h"
+#include "sieve/eval/tasks.h"
+#include "sieve/kernels/cpu/row_type.h"
+#include "sieve/model/model.h"
+#include "sieve/sparse/head_profile.h"
+
+namespace sieve {
+
+struct CalibrateOptions {
+    std::string task = "niah_multikey";
+    std::vector<int64_t> ctx = {4096};
+    int64_t n_samples = 8;    // per length; sample i has seed + i and needle depth i / (n - 1)
+    uint64_t seed = 0;
+    int64_t sink = 64;
+    int64_t recent = 256;
+    int64_t chunk = 512;      // prefill chunk
+    cpu::RowType kv_type = cpu::RowType::f16;
+    TaskOptions task_opt;     // n_needles and the rest; n_tokens, seed and depth are set per sample
+};
+
+// progress(done, total) after each sample.
+Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
+                                    const CalibrateOptions &opt, ThreadPool &pool,
+                                    const std::function<void(int64_t, int64_t)> &progress = {});
+
+}  // namespace sieve

@@ -1,0 +1,244 @@
+// Head profiles, calibration and the lserve policy (stories260K): profiles
+// load or fail with a reason, calibration is deterministic and scores what
+// it says, streaming heads' lanes hold sink + recent rows while the others
+// keep everything, and with no streaming head and a budget over the
+// sequence lserve is the dense engine bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine_test_util.h"
+#include "sieve/engine/engine.h"
+#include "sieve/eval/calibrate.h"
+#include "sieve/gguf/gguf.h"
+#include "sieve/kv/contiguous_kv.h"
+#include "sieve/model/model.h"
+#include "sieve/sparse/head_profile.h"
+#include "sieve/sparse/lserve.h"
+#include "sieve/sparse/policy_spec.h"
+#include "sieve/tokenizer/tokenizer.h"
+
+namespace sieve {
+namespace {
+
+
+
+std::string temp_path(const std::string &name) {
+    const char *dir = std::getenv("TMPDIR");
+    return std::string(dir && *dir ? dir : "/tmp") + "/sieve_test_lserve_" + std::to_string(::getpid()) + "_" + name;
+}
+
+void write_file(const std::string &path, const std::string &text) {
+    std::ofstream f(path);
+    f << text;
+}
+
+TEST(HeadProfile, LoadsWhatItWritesAndNamesWhatIsWrong) {
+    HeadProfile p;
+    p.model = "m.gguf";
+    p.method = "test";
+    p.n_layer = 3;
+    p.n_head_kv = 2;
+    p.sink = 4;
+    p.recent = 16;
+    p.scores = {0.5, 0.1, 0.3, 0.3, 0.9, 0.05};
+    const std::string path = temp_path("ok.json");
+    write_file(path, head_profile_json(p));
+    Result<HeadProfile> q = head_profile_load(path);
+    ASSERT_TRUE(q.ok()) << q.status().message();
+    EXPECT_EQ(q->scores, p.scores);
+    EXPECT_EQ(q->n_layer, 3);
+    EXPECT_EQ(q->sink, 4);
+    // The lowest half: 0.05 (2,1), 0.1 (0,1), then of the tied 0.3s the later layer's head (1,1).
+    const std::vector<char> m = head_profile_streaming(*q, 0.5);
+    EXPECT_EQ(m, (std::vector<char>{0, 1, 0, 1, 0, 1}));
+    EXPECT_EQ(head_profile_streaming(*q, 0.0), std::vector<char>(6, 0));
+    EXPECT_EQ(head_profile_streaming(*q, 1.0), std::vector<char>(6, 1));
+    const std::pair<const char *, const char *> bad[] = {
+        {"not json", "not a JSON object"},
+        {R"({"format": "x", "version": 1})", "sieve-head-profile"},
+        {R"({"format": "sieve-head-profile", "version": 1, "n_layer": 2, "n_head_kv": 1, "scores": [[1]]})",
+         "n_layer rows"},
+        {R"({"format": "sieve-head-profile", "version": 1, "n_layer": 1, "n_head_kv": 2, "scores": [[1, "a"]]})",
+         "not a finite number"},
+        {R"({"format": "sieve-head-profile", "version": 2})", "version"},
+    };
+    for (const auto &[text, want] : bad) {
+        write_file(path, text);
+        Result<HeadProfile> r = head_profile_load(path);
+        ASSERT_FALSE(r.ok()) << text;
+        EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+    }
+    EXPECT_NE(head_profile_load(path + ".missing").status().message().find("cannot open"), std::string::npos);
+    std::remove(path.c_str());
+}
+
+class LServeTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        auto f = GgufFile::open(std::string(SIEVE_TEST_MODELS) + "/stories260K.gguf");
+        ASSERT_TRUE(f.ok());
+        file_ = std::move(f.value());
+        model_ = std::move(Model::load(*file_).value());
+        tok_ = std::move(Tokenizer::from_gguf(*file_).value());
+    }
+    CalibrateOptions cal_options() const {
+        CalibrateOptions o;
+        o.ctx = {600};
+        o.n_samples = 3;
+        o.sink = 16;
+        o.recent = 64;
+        o.chunk = 128;
+        return o;
+    }
+    KvPolicyPtr policy(const std::string &text) {
+        Result<KvPolicySpec> s = kv_policy_spec_parse(text);
+        EXPECT_TRUE(s.ok()) << s.status().message();
+        Result<KvPolicyPtr> p = kv_policy_make(*s);
+        EXPECT_TRUE(p.ok()) << p.status().message();
+        return p.ok() ? *p : nullptr;
+    }
+    std::unique_ptr<Engine> engine(EngineOptions o) {
+        o.n_threads = 2;
+        auto e = Engine::create(*model_, *tok_, o);
+        EXPECT_TRUE(e.ok()) << e.status().message();
+        return std::move(e.value());
+    }
+
+    ThreadPool pool_{2};
+    std::unique_ptr<GgufFile> file_;
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<Tokenizer> tok_;
+};
+
+TEST_F(LServeTest, CalibrationIsDeterministicAndRanksHeads) {
+    Result<HeadProfile> a = calibrate_heads(*model_, *tok_, nullptr, cal_options(), pool_);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    Result<HeadProfile> b = calibrate_heads(*model_, *tok_, nullptr, cal_options(), pool_);
+    ASSERT_TRUE(b.ok());
+    const ModelConfig &c = model_->config();
+    ASSERT_EQ(static_cast<int64_t>(a->scores.size()), c.n_layer * c.n_head_kv);
+    EXPECT_EQ(a->scores, b->scores) << "the same samples and threads give the same profile, bit for bit";
+    // Another thread count splits the attention differently: the same up to rounding.
+    ThreadPool one(1);
+    Result<HeadProfile> d = calibrate_heads(*model_, *tok_, nullptr, cal_options(), one);
+    ASSERT_TRUE(d.ok());
+    for (size_t i = 0; i < a->scores.size(); ++i)
+        EXPECT_NEAR(d->scores[i], a->scores[i], 1e-4 * a->scores[i] + 1e-9) << "head " << i;
+    double lo = 1e9, hi = -1;
+    for (double s : a->scores) {
+        ASSERT_TRUE(std::isfinite(s));
+        ASSERT_GE(s, 0.0);
+        lo = std::min(lo, s);
+        hi = std::max(hi, s);
+    }
+    EXPECT_GT(hi, lo) << "heads differ in how much they need the whole context";
+    // A pattern covering every row loses nothing: all scores 0.
+    CalibrateOptions wide = cal_options();
+    wide.recent = 4096;
+    Result<HeadProfile> w = calibrate_heads(*model_, *tok_, nullptr, wide, pool_);
+    ASSERT_TRUE(w.ok());
+    for (double s : w->scores) EXPECT_EQ(s, 0.0);
+    CalibrateOptions ppl = cal_options();
+    ppl.task = "cwe";
+    ppl.ctx = {600};
+    EXPECT_TRUE(calibrate_heads(*model_, *tok_, nullptr, ppl, pool_).ok());
+}
+
+TEST_F(LServeTest, StreamingHeadsHoldSinkAndRecentTheOthersEveryRow) {
+    Result<HeadProfile> prof = calibrate_heads(*model_, *tok_, nullptr, cal_options(), pool_);
+    ASSERT_TRUE(prof.ok());
+    const std::string path = temp_path("prof.json");
+    write_file(path, head_profile_json(*prof));
+    const KvPolicyPtr p = policy("lserve:static=0.5,sink=8,recent=40,budget=64,page=16,profile=" + path);
+    ASSERT_NE(p, nullptr);
+    const auto &ls = static_cast<const LServePolicy &>(*p);
+    const ModelConfig &c = model_->config();
+    EXPECT_EQ(ls.n_streaming(), c.n_layer * c.n_head_kv / 2);
+    EngineOptions o;
+    o.max_seqs = 2;
+    o.max_ctx = 512;
+    o.max_batch_tokens = 64;
+    o.kv_page_bytes = 4096;
+    auto e = engine(o);
+    const int64_t n_prompt = 300, n_gen = 90;
+    GenRequest r = greedy_request(random_prompt_ids(n_prompt, 3, static_cast<int32_t>(c.n_vocab),
+                                                                tok_->bos_id()),
+                                        n_gen);
+    r.kv_policy = p;
+    std::vector<int64_t> rows;
+    r.on_prefilled = [&](const KvCache &kv, int slot) {
+        for (int64_t l = 0; l < c.n_layer; ++l)
+            for (int64_t g = 0; g < c.n_head_kv; ++g) rows.push_back(kv.n_rows(slot, l, g));
+    };
+    Collector col;
+    ASSERT_TRUE(e->submit(r, col.callback()).ok());
+    ASSERT_TRUE(col.wait(1));
+    const GenEvent fin = col.events(1).back();
+    ASSERT_EQ(fin.finish_reason, FinishReason::length) << fin.error;
+    for (int64_t l = 0; l < c.n_layer; ++l)
+        for (int64_t g = 0; g < c.n_head_kv; ++g)
+            EXPECT_EQ(rows[static_cast<size_t>(l * c.n_head_kv + g)], ls.streaming(l, g) ? 48 : n_prompt)
+                << "layer " << l << " head " << g;
+    // Streaming lanes slide: at most sink + recent + the slide, the rest keep every row.
+    const int64_t n_seen = n_prompt + n_gen - 1, n_str = ls.n_streaming(), n_all = c.n_layer * c.n_head_kv;
+    EXPECT_LE(fin.kv_rows_kept, (n_all - n_str) * n_seen + n_str * (48 + LServePolicy::k_slide + 1));
+    EXPECT_GE(fin.kv_rows_kept, (n_all - n_str) * n_seen + n_str * 48);
+    e->shutdown(true);
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
+
+    // A profile for another shape is refused at validation, naming both shapes.
+    HeadProfile other = *prof;
+    other.n_layer += 1;
+    other.scores.resize(other.scores.size() + static_cast<size_t>(other.n_head_kv), 0.0);
+    write_file(path, head_profile_json(other));
+    GenRequest bad = r;
+    bad.kv_policy = policy("lserve:profile=" + path);
+    auto e2 = engine(o);
+    Collector col2;
+    Result<uint64_t> id = e2->submit(bad, col2.callback());
+    ASSERT_FALSE(id.ok());
+    EXPECT_NE(id.status().message().find("make one for this model"), std::string::npos) << id.status().message();
+    std::remove(path.c_str());
+}
+
+TEST_F(LServeTest, NoStreamingHeadsAndABudgetOverTheSequenceIsDense) {
+    Result<HeadProfile> prof = calibrate_heads(*model_, *tok_, nullptr, cal_options(), pool_);
+    ASSERT_TRUE(prof.ok());
+    const std::string path = temp_path("prof0.json");
+    write_file(path, head_profile_json(*prof));
+    EngineOptions o;
+    o.max_seqs = 3;
+    o.max_ctx = 512;
+    o.max_batch_tokens = 48;
+    const ModelConfig &c = model_->config();
+    std::vector<std::vector<float>> want, got;
+    for (int pass = 0; pass < 2; ++pass) {
+        auto e = engine(o);
+        std::vector<std::vector<float>> &logs = pass == 0 ? want : got;
+        GenRequest r = greedy_request(
+            random_prompt_ids(260, 8, static_cast<int32_t>(c.n_vocab), tok_->bos_id()), 30);
+        if (pass == 1) r.kv_policy = policy("lserve:static=0,budget=512,page=16,profile=" + path);
+        r.on_logits = [&logs](const float *l, int64_t nv) { logs.emplace_back(l, l + nv); };
+        Collector col;
+        ASSERT_TRUE(e->submit(r, col.callback()).ok());
+        ASSERT_TRUE(col.wait(1));
+        e->shutdown(true);
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < got.size(); ++t)
+        ASSERT_EQ(0, std::memcmp(got[t].data(), want[t].data(), got[t].size() * sizeof(float))) << "step " << t;
+    std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace sieve
