@@ -94,3 +94,9 @@ sieve_bench_test(cache_type_f32 0 "\"type_k\": \"f32\", \"type_v\": \"f32\"" "" 
 sieve_bench_test(cache_type_bf16 0 "\"type_k\": \"bf16\", \"type_v\": \"bf16\"" "" ${bench_small} -d 40 --cache-type-k bf16 -o jsonl)
 sieve_bench_test(cache_type_mixed 2 "" "--cache-type-k f16 and --cache-type-v f32 differ" ${bench_small} -ctk f16 -ctv f32)
 sieve_bench_test(cache_type_bad 2 "" "--cache-type-k: expected f16, bf16 or f32, got 'q8_0'" ${bench_small} -ctk q8_0)
+
+# Page selection: the decode reads a subset (reported on stderr and in jsonl),
+# the depth fill is not compressed.
+sieve_bench_test(quest_md 0 "\\| tg4 @ d300 quest:budget=64,page=16 \\|" "decode read [0-9.]+% of the lanes' rows .*selector [0-9.]+ ms per token" ${bench_small} -d 300 --kv-policy quest:budget=64,page=16)
+sieve_bench_test(quest_jsonl 0 "\"read_frac\": 0\\.[0-9]+, \"select_ms\": [0-9.]+" "" ${bench_small} -d 300 -p 0 --kv-policy quest:budget=64,page=16,full_layers=0 -o jsonl)
+sieve_bench_test(quest_bad_page 2 "" "page=24: expected a multiple of 16 rows" ${bench_small} --kv-policy quest:page=24)

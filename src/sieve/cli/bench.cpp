@@ -41,6 +41,7 @@
 #include "sieve/kv/contiguous_kv.h"
 #include "sieve/kv/vattention_kv.h"
 #include "sieve/model/model.h"
+#include "sieve/sparse/quest.h"
 
 namespace sieve::cli {
 
@@ -299,6 +300,15 @@ public:
                 sinks_[k] = st && st->scoring ? &slots_[static_cast<size_t>(s)].state->sink : nullptr;
             }
             Batch b{tokens_.data(), pos_.data(), seq_.data(), m, nullptr, sinks_.data()};
+            // Page selection reads a subset in the timed decode steps only.
+            if (selecting_) {
+                sels_.resize(static_cast<size_t>(m));
+                for (int64_t i = 0; i < m; ++i) {
+                    KvPolicyState *st = slots_[static_cast<size_t>(seq_[static_cast<size_t>(i)])].state.get();
+                    sels_[static_cast<size_t>(i)] = st ? st->selector.get() : nullptr;
+                }
+                b.selectors = sels_.data();
+            }
             SIEVE_TRY(model_.forward(b, kv_, ws_, pool_));
             done += m;
         }
@@ -360,6 +370,7 @@ public:
         SIEVE_TRY(set_depth(n_slots, depth));
         const int64_t t0 = time_ns();
         if (n_prompt > 0) SIEVE_TRY(append(0, n_slots, n_prompt, n_batch_));
+        selecting_ = n_gen > 0;
         if (n_gen > 0) {
             if (policy_ && policy_->acts_after_decode()) {
                 for (int64_t i = 0; i < n_gen; ++i) {
@@ -373,8 +384,26 @@ public:
             }
         }
         *ns = time_ns() - t0;
+        selecting_ = false;
+        for (int s = 0; s < n_slots; ++s) {
+            const KvPolicyState *st = slots_[static_cast<size_t>(s)].state.get();
+            if (const auto *q = st ? dynamic_cast<const QuestSelector *>(st->selector.get()) : nullptr) {
+                const QuestStats &x = q->stats();
+                sel_.n_steps += x.n_steps;
+                sel_.rows_read += x.rows_read;
+                sel_.rows_seen += x.rows_seen;
+                sel_.select_ns += x.select_ns;
+                sel_.n_selects += x.n_selects;
+                sel_.n_reuses += x.n_reuses;
+            }
+        }
         return Status();
     }
+
+    // Page selection counters summed over the runs since the last reset
+    // (QuestSelector's; zero without a selecting policy).
+    const QuestStats &selection() const { return sel_; }
+    void reset_selection() { sel_ = QuestStats(); }
 
 private:
     static int64_t time_ns() {
@@ -402,6 +431,9 @@ private:
     std::vector<int32_t> tokens_, pos_, seq_;
     std::vector<int64_t> base_;  // append(): each slot's n_pos before the call
     std::vector<AttnScoreSink *> sinks_;
+    std::vector<AttnRowSelector *> sels_;
+    bool selecting_ = false;
+    QuestStats sel_;
     KvPolicyPtr policy_;
     int64_t max_rows_ = 0;
     std::vector<Slot> slots_;
@@ -502,6 +534,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                     int64_t ns = 0;
                     // Warm-up: caches, page mappings, the pool's spinning workers.
                     SIEVE_TRY(runner.run_once(n_slots, depth, t.n_prompt, std::min<int64_t>(t.n_gen, 16), &ns));
+                    runner.reset_selection();
                     for (int64_t r = 0; r < o.reps; ++r) {
                         SIEVE_TRY(runner.run_once(n_slots, depth, t.n_prompt, t.n_gen, &ns));
                         row.samples_ns.push_back(ns);
@@ -518,7 +551,21 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                             rows0 /= static_cast<double>(n_layer);
                         }
                         // A step reads the weights once and every slot's K/V rows.
-                        const double mean_kv_pos = rows0 + 0.5 * static_cast<double>(t.n_gen + 1);
+                        double mean_kv_pos = rows0 + 0.5 * static_cast<double>(t.n_gen + 1);
+                        const QuestStats &sel = runner.selection();
+                        if (sel.n_steps > 0 && sel.rows_seen > 0) {
+                            // Page selection: the rows the decode attention really read, per lane and step.
+                            const double lanes = static_cast<double>(m.config().n_layer * m.config().n_head_kv);
+                            mean_kv_pos = static_cast<double>(sel.rows_read) / static_cast<double>(sel.n_steps) / lanes;
+                            row.read_frac = static_cast<double>(sel.rows_read) / static_cast<double>(sel.rows_seen);
+                            row.select_ms = static_cast<double>(sel.select_ns) / 1e6 / static_cast<double>(sel.n_steps);
+                            std::fprintf(stderr,
+                                         "sieve bench: %s: decode read %.1f%% of the lanes' rows (%.0f rows per lane "
+                                         "per step); selector %.3f ms per token (%lld selections, %lld reuses)\n",
+                                         bench_test_name(row).c_str(), 100.0 * row.read_frac, mean_kv_pos,
+                                         row.select_ms, static_cast<long long>(sel.n_selects),
+                                         static_cast<long long>(sel.n_reuses));
+                        }
                         const double bytes_per_step = static_cast<double>(facts.weight_read_bytes) +
                                                       static_cast<double>(n_par) * mean_kv_pos *
                                                           static_cast<double>(facts.kv_bytes_per_pos);

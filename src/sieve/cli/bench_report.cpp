@@ -130,6 +130,10 @@ std::vector<Field> fields_of(const BenchRow &r, bool parallel) {
         kv.push_back({"step_ms", opt(r.step_ms)});
         kv.push_back({"step_ratio", opt(r.step_ratio)});
     }
+    if (r.read_frac >= 0) {  // page selection: what the decode read, and the selector's time
+        kv.push_back({"read_frac", opt(r.read_frac)});
+        kv.push_back({"select_ms", opt(r.select_ms)});
+    }
     kv.insert(kv.end(), {
         {"samples_ns", Field{nullptr, ns_json, csv_string(ns_csv)}},
         {"samples_ts", Field{nullptr, ts_json, csv_string(ts_csv)}},

@@ -43,6 +43,8 @@ struct BenchRow {
                                  // n_parallel tokens); < 0 = not applicable
     double step_ratio = -1;      // step_ms / step_ms of the n_parallel = 1 row of the same model,
                                  // threads, depth and n_gen; < 0 = no such row
+    double read_frac = -1;       // tg with page selection: rows read / rows the lanes held; < 0 = n/a
+    double select_ms = -1;       // tg with page selection: selector time per token (all layers); < 0 = n/a
 };
 
 // Fills the derived statistics from samples_ns and the token count

@@ -131,7 +131,7 @@ public:
                                static_cast<long long>(n_ctx_));
                 break;
             }
-            SIEVE_TRY(forward(&id, 1));
+            SIEVE_TRY(forward(&id, 1, /*decode=*/true));
             if (policy_ && policy_->acts_after_decode())
                 SIEVE_TRY(policy_->after_decode(context()).with_context("KV policy " + policy_->name()));
             ++stats_.n_decode;
@@ -163,7 +163,8 @@ private:
         return policy_context(&kv_, 0, policy_n_prompt_, model_.config().n_head, state_.get());
     }
 
-    Status forward(const int32_t *tokens, int64_t n) {
+    // decode: a generated token (page selection applies; prompts prefill densely).
+    Status forward(const int32_t *tokens, int64_t n, bool decode = false) {
         const int64_t p0 = n_past();
         for (int64_t i = 0; i < n; ++i) pos_[static_cast<size_t>(i)] = static_cast<int32_t>(p0 + i);
         Batch b;
@@ -173,6 +174,8 @@ private:
         b.n_tokens = n;
         sinks_.assign(static_cast<size_t>(n), state_ && state_->scoring ? &state_->sink : nullptr);
         b.score_sinks = sinks_.data();
+        AttnRowSelector *sel = decode && state_ ? state_->selector.get() : nullptr;
+        if (sel) b.selectors = &sel;
         return model_.forward(b, kv_, ws_, pool_);
     }
 

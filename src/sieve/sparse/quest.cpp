@@ -78,8 +78,17 @@ void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv
 const cpu::RowSpans *QuestSelector::select(int64_t layer, const float *q, KvCache &kv, int seq,
                                            const int64_t *n_vis) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (layer == 0) ++step_;
-    if (layer < p_.full_layers) return nullptr;
+    if (layer == 0) {
+        ++step_;
+        ++stats_.n_steps;
+    }
+    if (layer < p_.full_layers) {
+        for (int64_t g = 0; g < n_head_kv_; ++g) {
+            stats_.rows_seen += n_vis[g];
+            stats_.rows_read += n_vis[g];
+        }
+        return nullptr;
+    }
     rows_.clear();
     first_[0] = 0;
     bool any = false;

@@ -41,10 +41,11 @@ struct QuestParams {
 
 // Selection counters of one sequence (or summed over many).
 struct QuestStats {
+    int64_t n_steps = 0;       // decode tokens seen (calls for layer 0)
     int64_t n_selects = 0;     // (layer, KV head) selections made
     int64_t n_reuses = 0;      // ... reused from an earlier step
-    int64_t rows_read = 0;     // rows the selected spans hold, over every call
-    int64_t rows_seen = 0;     // rows the lanes held, over every call
+    int64_t rows_read = 0;     // rows the decode attention read, over every call and lane (full layers too)
+    int64_t rows_seen = 0;     // rows the lanes held, over every call and lane
     int64_t select_ns = 0;     // time in select(): summaries, scores, top units
 };
 
@@ -56,6 +57,7 @@ public:
     // Forgets every selection (a new prefill of the sequence).
     void reset();
     const QuestStats &stats() const { return stats_; }
+    void reset_stats() { stats_ = QuestStats(); }
 
 private:
     struct Choice {
