@@ -8,6 +8,7 @@
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/page_select.h"
 
 namespace sieve {
 
@@ -26,32 +27,6 @@ float widen(cpu::RowType t, const void *lane, int64_t i) {
     case cpu::RowType::bf16: return bf16_to_fp32(static_cast<const uint16_t *>(lane)[i]);
     }
     return NAN;
-}
-
-// lo[c] / hi[c] = min / max over rows [r0, r1) of channel c, in f32 (exact).
-void minmax_rows(cpu::RowType t, const void *lane, int64_t r0, int64_t r1, int64_t d, float *lo, float *hi) {
-    std::fill(lo, lo + d, INFINITY);
-    std::fill(hi, hi + d, -INFINITY);
-    if (t == cpu::RowType::f32) {
-        const float *p = static_cast<const float *>(lane);
-        for (int64_t r = r0; r < r1; ++r)
-            for (int64_t c = 0; c < d; ++c) {
-                lo[c] = std::min(lo[c], p[r * d + c]);
-                hi[c] = std::max(hi[c], p[r * d + c]);
-            }
-        return;
-    }
-    float row[1024];
-    for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c0 = 0; c0 < d; c0 += 1024) {
-            const int64_t n = std::min<int64_t>(1024, d - c0);
-            for (int64_t c = 0; c < n; ++c) row[c] = widen(t, lane, r * d + c0 + c);
-            for (int64_t c = 0; c < n; ++c) {
-                lo[c0 + c] = std::min(lo[c0 + c], row[c]);
-                hi[c0 + c] = std::max(hi[c0 + c], row[c]);
-            }
-        }
-    }
 }
 
 // Every non-NaN f16 value with its bits, ascending by value.
@@ -113,7 +88,8 @@ const uint16_t *LaneSummary::update(cpu::RowType type, const void *lane, int64_t
     while (rows_ < n_rows) {
         const int64_t p = rows_ / k_summary_rows, end = std::min(n_rows, (p + 1) * k_summary_rows);
         uint16_t *mn = data_.data() + 2 * p * d, *mx = mn + d;
-        minmax_rows(type, lane, rows_, end, d, lo.data(), hi.data());
+        cpu::rows_minmax(type, static_cast<const uint8_t *>(lane) + rows_ * d * cpu::row_type_bytes(type), end - rows_, d,
+                         lo.data(), hi.data());
         const bool fresh = rows_ % k_summary_rows == 0;
         for (int64_t c = 0; c < d; ++c) {
             const uint16_t a = fp16_round_down(lo[static_cast<size_t>(c)]);

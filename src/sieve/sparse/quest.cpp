@@ -46,7 +46,8 @@ void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv
         unit_score_[static_cast<size_t>(u)] = s;
     }
     // Forced units (sinks, recent rows), then the best of the rest.
-    std::vector<char> take(static_cast<size_t>(std::max<int64_t>(newest, 0)), 0);
+    std::vector<char> &take = take_;
+    take.assign(static_cast<size_t>(std::max<int64_t>(newest, 0)), 0);
     int64_t n_take = 0;
     const auto force = [&](int64_t u) {
         if (u >= 0 && u < newest && !take[static_cast<size_t>(u)]) {

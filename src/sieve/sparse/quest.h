@@ -74,6 +74,7 @@ private:
     std::vector<Choice> choices_;  // [n_layer][n_head_kv]
     std::vector<float> logical_, unit_score_;
     std::vector<int32_t> order_;
+    std::vector<char> take_;
     std::vector<int32_t> rows_;      // spans of the current call
     std::vector<int64_t> first_;
     cpu::RowSpans spans_;

@@ -54,6 +54,31 @@ void quest_page_scores(const PageScoreArgs &a) {
     }
 }
 
+void rows_minmax(RowType t, const void *rows, int64_t n, int64_t d, float *lo, float *hi) {
+    SIEVE_CHECKF(d >= 1 && d <= 1024 && n >= 0, "rows_minmax: %lld rows of %lld (d at most 1024)",
+                 static_cast<long long>(n), static_cast<long long>(d));
+    std::fill(lo, lo + d, INFINITY);
+    std::fill(hi, hi + d, -INFINITY);
+    alignas(64) float buf[1024];
+    for (int64_t r = 0; r < n; ++r) {
+        const float *x;
+        if (t == RowType::f32) {
+            x = static_cast<const float *>(rows) + r * d;
+        } else {
+            const uint16_t *h = static_cast<const uint16_t *>(rows) + r * d;
+            if (t == RowType::f16)
+                simd::f16_to_f32(h, buf, d);
+            else
+                simd::bf16_to_f32(h, buf, d);
+            x = buf;
+        }
+        for (int64_t c = 0; c < d; ++c) {  // vectorized: min / max are exact in any order
+            lo[c] = std::min(lo[c], x[c]);
+            hi[c] = std::max(hi[c], x[c]);
+        }
+    }
+}
+
 void quest_page_scores_ref(const PageScoreArgs &a) {
     check(a, "quest_page_scores_ref");
     for (int64_t p = 0; p < a.n_pages; ++p) {

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "sieve/kernels/cpu/row_type.h"
+
 namespace sieve::cpu {
 
 struct PageScoreArgs {
@@ -23,6 +25,10 @@ struct PageScoreArgs {
 };
 
 void quest_page_scores(const PageScoreArgs &a);
+
+// lo[c] = min, hi[c] = max over rows [0, n) of rows ([n, d] of type t) of
+// channel c, exact in f32 (what page summaries are made of). d <= 1024.
+void rows_minmax(RowType t, const void *rows, int64_t n, int64_t d, float *lo, float *hi);
 // Scalar oracle, double accumulation.
 void quest_page_scores_ref(const PageScoreArgs &a);
 
