@@ -530,6 +530,14 @@ class Server:
 
 def idle_sample(srv, args, label):
     m, idle, waited = srv.wait_idle(args.idle_timeout)
+    if idle and args.idle_settle > 0:
+        # Memory is read after the server has been idle a while: the engine
+        # gives freed heap back (malloc_trim) 200 ms after its last step, so a
+        # sample at the first idle poll may or may not include it. Baseline
+        # and final are both taken this way.
+        time.sleep(args.idle_settle)
+        m2, idle, waited2 = srv.wait_idle(args.idle_timeout)
+        m, waited = m2 or m, waited + args.idle_settle + waited2
     if m is None:
         return {"label": label, "metrics": False}
     used, cached, leaked = srv.kv(m)
@@ -788,6 +796,8 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=300.0,
                     help="seconds without an answer (or a stream open) before a request counts as lost")
     ap.add_argument("--idle-timeout", type=float, default=60.0, help="seconds to wait for the server to go idle")
+    ap.add_argument("--idle-settle", type=float, default=2.0,
+                    help="seconds idle before memory is sampled (baseline and final alike)")
     ap.add_argument("--max-gen-tokens", type=int, default=1024, help="n x max_tokens cap of one valid request")
     ap.add_argument("--progress-s", type=float, help="seconds between progress lines (default 10, or 30 past 10 min)")
     ap.add_argument("--cached-pages-metric", default=M_PAGES_CACHED,

@@ -36,9 +36,22 @@ def rnd_kv_policy(rng):
     """A random valid kv_policy spec (docs/sparsity.md), or None."""
     if rng.random() < 0.3:
         return None, None
-    name = rng.choice(["dense", "streaming", "snapkv", "pyramidkv", "layerwise", "h2o"])
+    name = rng.choice(["dense", "streaming", "snapkv", "pyramidkv", "layerwise", "h2o", "quest"])
     if name == "dense":
         return name, name
+    if name == "quest":
+        # Page selection: budget >= page, page a multiple of 16.
+        page = rng.choice([16, 32, 64])
+        keys = {"budget": rng.choice([page, 2 * page, 256, 1024, page * rng.randint(1, 40)])}
+        if rng.random() < 0.5:
+            keys["page"] = page
+        elif page != 64:
+            keys["budget"] = max(keys["budget"], 64)  # the default page is 64
+        for k, choices in (("interval", [1, 2, 4, 8]), ("sink", [0, 16, 64]), ("recent", [0, 16, 100]),
+                           ("full_layers", [0, 1, 2, 64]), ("agg", ["max", "mean"])):
+            if rng.random() < 0.3:
+                keys[k] = rng.choice(choices)
+        return name + ":" + ",".join(f"{k}={v}" for k, v in keys.items()), name
     keys = {}
     budget = None
     if rng.random() < 0.6:
@@ -236,7 +249,8 @@ def build_malformed(env, rng):
                     "h2o:budget=10,recent=20", "snapkv:keep=0.1,budget=5", "@/etc/passwd", "snapkv:", "snapkv:keep",
                     "streaming:sink=0,recent=0", "dense:keep=0.1", "snapkv:budget=0", "pyramidkv:beta=0.5",
                     "snapkv:agg=median", "snapkv:keep=0.1,keep=0.2", "snap kv", "streaming:sink=8,budget=8",
-                    "layerwise:full_layers=-1", "snapkv:keep=nan"]
+                    "layerwise:full_layers=-1", "snapkv:keep=nan", "quest:page=24", "quest:budget=8,page=16",
+                    "quest:keep=0.1", "lserve:static=0.5", "lserve:profile=/etc/passwd"]
     cases += [
         ("wrong type", lambda: (lambda f, v: ("/v1/completions", with_(**{f: v}), {400}, f, None, None))(
             *rng.choice(wrong_types))),
