@@ -42,6 +42,7 @@ Status kv_swap_out(VAttentionKv &kv, int seq, KvSwapImage *out) {
         for (int64_t h = 0; h < sh.n_head_kv; ++h) {
             const int64_t rows = kv.n_rows(seq, il, h);
             out->rows.push_back(rows);
+            if (rows == 0) continue;  // an empty lane: nothing to copy (and no buffer to copy to)
             std::memcpy(p, kv.k_data(seq, il, h), static_cast<size_t>(rows * rb));
             p += rows * rb;
             std::memcpy(p, kv.v_data(seq, il, h), static_cast<size_t>(rows * rb));
@@ -75,6 +76,10 @@ Status kv_swap_in(VAttentionKv &kv, int seq, const KvSwapImage &img) {
             if (!st.ok()) {
                 kv.release(seq);
                 return st.with_context("KV swap-in of slot " + std::to_string(seq));
+            }
+            if (rows == 0) {
+                kv.set_lane_rows(seq, il, h, 0);
+                continue;
             }
             std::memcpy(kv.k_data(seq, il, h), p, static_cast<size_t>(rows * rb));
             p += rows * rb;
