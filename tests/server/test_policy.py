@@ -45,6 +45,20 @@ def test_request_policy_overrides_the_default(policy_server):
     assert m['sieve:kv_compression_ratio{policy="dense"}'] == 1.0
 
 
+def test_page_selection_keeps_every_row(policy_server):
+    # quest reads a subset while decoding but evicts nothing: compression 1;
+    # a budget past the sequence reads every row, so the text is dense's.
+    q = complete(policy_server, kv_policy="quest:budget=64,page=16,full_layers=0").json()
+    kv = q["usage"]["kv"]
+    assert kv["policy"] == "quest:budget=64,full_layers=0,page=16"
+    assert kv["rows_kept"] == kv["rows_dense"] and kv["compression"] == 1.0
+    dense = complete(policy_server, kv_policy="dense").json()
+    full = complete(policy_server, kv_policy="quest:budget=4096").json()
+    assert full["choices"][0]["text"] == dense["choices"][0]["text"]
+    m = policy_server.wait_idle()
+    assert m['sieve:kv_policy_requests_total{policy="quest:budget=64,full_layers=0,page=16"}'] >= 1
+
+
 @pytest.mark.parametrize("policy,message", [
     ("snapkb", "unknown policy 'snapkb'"),
     ("snapkv:keep=0", "keep=0: expected a number in (0, 1]"),
@@ -52,6 +66,9 @@ def test_request_policy_overrides_the_default(policy_server):
     ("streaming:window=3", "streaming has no key 'window'"),
     ("@/etc/passwd", "the server reads no files"),
     (17, "expected a string"),
+    ("quest:page=24", "page=24: expected a multiple of 16"),
+    ("lserve:static=0.5", "lserve needs profile=FILE"),
+    ("lserve:profile=/etc/passwd", "a request cannot name a head profile"),
 ])
 def test_bad_policy_is_a_400_naming_the_field(policy_server, policy, message):
     r = complete(policy_server, kv_policy=policy)
@@ -63,7 +80,7 @@ def test_bad_policy_is_a_400_naming_the_field(policy_server, policy, message):
 
 def test_concurrent_random_policies_and_cancellations(policy_server):
     policies = ["dense", "snapkv:keep=0.1", "pyramidkv:keep=0.2", "layerwise:keep=0.1,full_layers=2",
-                "streaming:budget=40", "h2o:budget=48", None]
+                "streaming:budget=40", "h2o:budget=48", "quest:budget=64,page=16,interval=2", None]
     rng = random.Random(5)
     errors = []
 
