@@ -79,6 +79,7 @@ TEST(HeadProfile, LoadsWhatItWritesAndNamesWhatIsWrong) {
         EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
     }
     EXPECT_NE(head_profile_load(path + ".missing").status().message().find("cannot open"), std::string::npos);
+    EXPECT_NE(head_profile_load("/dev/zero").status().message().find("larger than 16 MiB"), std::string::npos);
     std::remove(path.c_str());
 }
 

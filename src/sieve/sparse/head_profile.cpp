@@ -12,11 +12,18 @@ namespace sieve {
 using json = nlohmann::json;
 
 Result<HeadProfile> head_profile_load(const std::string &path) {
-    std::ifstream f(path);
+    std::ifstream f(path, std::ios::binary);
     if (!f) return Status::errorf("head profile '%s': cannot open it", path.c_str());
-    std::stringstream buf;
-    buf << f.rdbuf();
-    const json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+    // A profile is a few KiB; read at most 16 MiB (a device or a wrong file
+    // must not be read forever).
+    constexpr size_t k_max_bytes = size_t{16} << 20;
+    std::string text(k_max_bytes + 1, '\0');
+    f.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(f.gcount()));
+    if (text.size() > k_max_bytes)
+        return Status::errorf("head profile '%s': larger than 16 MiB; expected the JSON `sieve calibrate` writes",
+                              path.c_str());
+    const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     const auto bad = [&](const char *what) {
         return Status::errorf("head profile '%s': %s (expected the JSON `sieve calibrate` writes: format "
                               "\"sieve-head-profile\", n_layer, n_head_kv, scores[n_layer][n_head_kv])",
