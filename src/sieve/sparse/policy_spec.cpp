@@ -108,25 +108,31 @@ Result<KvPolicyPtr> make_pyramidkv(const KvPolicySpec &s) { return make_eviction
 Result<KvPolicyPtr> make_layerwise(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::layerwise); }
 Result<KvPolicyPtr> make_h2o(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::h2o); }
 
-Result<KvPolicyPtr> make_quest(const KvPolicySpec &spec) {
-    QuestParams p;
-    SIEVE_TRY(parse_int(spec, "budget", 1, k_max_rows, &p.budget));
-    SIEVE_TRY(parse_int(spec, "page", k_summary_rows, 65536, &p.page));
-    if (p.page % k_summary_rows != 0)
+// The page-selection keys quest and lserve share: budget, page, interval, agg.
+Status parse_page_selection(const KvPolicySpec &spec, QuestParams *p) {
+    SIEVE_TRY(parse_int(spec, "budget", 1, k_max_rows, &p->budget));
+    SIEVE_TRY(parse_int(spec, "page", k_summary_rows, 65536, &p->page));
+    if (p->page % k_summary_rows != 0)
         return Status::errorf("page=%lld: expected a multiple of %lld rows (the logical page of the key summaries)",
-                              static_cast<long long>(p.page), static_cast<long long>(k_summary_rows));
-    if (p.budget < p.page)
+                              static_cast<long long>(p->page), static_cast<long long>(k_summary_rows));
+    if (p->budget < p->page)
         return Status::errorf("budget=%lld is below one page of %lld rows; expected budget >= page",
-                              static_cast<long long>(p.budget), static_cast<long long>(p.page));
-    SIEVE_TRY(parse_int(spec, "interval", 1, 1 << 20, &p.interval));
-    SIEVE_TRY(parse_int(spec, "sink", 0, k_max_rows, &p.sink));
-    SIEVE_TRY(parse_int(spec, "recent", 0, k_max_rows, &p.recent));
-    SIEVE_TRY(parse_int(spec, "full_layers", 0, 4096, &p.full_layers));
+                              static_cast<long long>(p->budget), static_cast<long long>(p->page));
+    SIEVE_TRY(parse_int(spec, "interval", 1, 1 << 20, &p->interval));
     if (auto it = spec.params.find("agg"); it != spec.params.end()) {
         if (it->second != "mean" && it->second != "max")
             return Status::errorf("agg=%s: expected max or mean", it->second.c_str());
-        p.agg_max = it->second == "max";
+        p->agg_max = it->second == "max";
     }
+    return Status();
+}
+
+Result<KvPolicyPtr> make_quest(const KvPolicySpec &spec) {
+    QuestParams p;
+    SIEVE_TRY(parse_page_selection(spec, &p));
+    SIEVE_TRY(parse_int(spec, "sink", 0, k_max_rows, &p.sink));
+    SIEVE_TRY(parse_int(spec, "recent", 0, k_max_rows, &p.recent));
+    SIEVE_TRY(parse_int(spec, "full_layers", 0, 4096, &p.full_layers));
     return KvPolicyPtr(std::make_shared<QuestPolicy>(p, kv_policy_spec_label(spec)));
 }
 
@@ -142,20 +148,7 @@ Result<KvPolicyPtr> make_lserve(const KvPolicySpec &spec) {
     SIEVE_TRY(parse_real(spec, "static", 0.0, 1.0, false, &p.static_frac));
     SIEVE_TRY(parse_int(spec, "sink", 0, k_max_rows, &p.sink));
     SIEVE_TRY(parse_int(spec, "recent", 1, k_max_rows, &p.recent));
-    SIEVE_TRY(parse_int(spec, "budget", 1, k_max_rows, &p.quest.budget));
-    SIEVE_TRY(parse_int(spec, "page", k_summary_rows, 65536, &p.quest.page));
-    SIEVE_TRY(parse_int(spec, "interval", 1, 1 << 20, &p.quest.interval));
-    if (p.quest.page % k_summary_rows != 0)
-        return Status::errorf("page=%lld: expected a multiple of %lld rows (the logical page of the key summaries)",
-                              static_cast<long long>(p.quest.page), static_cast<long long>(k_summary_rows));
-    if (p.quest.budget < p.quest.page)
-        return Status::errorf("budget=%lld is below one page of %lld rows; expected budget >= page",
-                              static_cast<long long>(p.quest.budget), static_cast<long long>(p.quest.page));
-    if (auto it = spec.params.find("agg"); it != spec.params.end()) {
-        if (it->second != "mean" && it->second != "max")
-            return Status::errorf("agg=%s: expected max or mean", it->second.c_str());
-        p.quest.agg_max = it->second == "max";
-    }
+    SIEVE_TRY(parse_page_selection(spec, &p.quest));
     p.quest.sink = p.sink;
     Result<HeadProfile> profile = head_profile_load(p.profile_path);
     if (!profile.ok()) return profile.status();
