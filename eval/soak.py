@@ -220,8 +220,21 @@ class Env:
 OUTCOMES = ("completed", "cancelled", "rejected", "busy", "failed", "lost")
 
 
+def request_summary(req):
+    """'POST path {body}' with the body's messages / prompt moved last, so a
+    cut line still shows the sampling parameters and the policy."""
+    path, _, body = req.partition(" {")
+    try:
+        b = json.loads("{" + body)
+    except ValueError:
+        return req
+    long = {k: b.pop(k) for k in ("messages", "prompt") if k in b}
+    return path + " " + json.dumps({**b, **long})
+
+
 class Stats:
-    def __init__(self, max_failures=200):
+    def __init__(self, max_failures=200, fail_log=None):
+        self.fail_log = fail_log
         self.mu = threading.Lock()
         self.counts = collections.Counter()
         self.by_kind = collections.Counter()
@@ -254,10 +267,14 @@ class Stats:
                                                         body.decode("utf-8", "replace"))[:65536]
                 if len(self.failures) < self.max_failures:
                     self.failures.append(rec)
+                if self.fail_log:
+                    with open(self.fail_log, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
                 self.n_printed += 1
                 if self.n_printed <= 50:
                     print(f"soak: {outcome.upper()} [{kind}] {detail}" +
-                          (f"\n      {rec['request'][:600]}" if "request" in rec else ""), file=sys.stderr)
+                          (f"\n      {request_summary(rec['request'])[:600]}" if "request" in rec else ""),
+                          file=sys.stderr)
                 elif self.n_printed == 51:
                     print(f"soak: more failures are counted, not printed (the first {self.max_failures} go to --json)",
                           file=sys.stderr)
@@ -603,7 +620,7 @@ def run(args):
               file=sys.stderr)
         return 2, None
 
-    stats, ctl = Stats(), Control()
+    stats, ctl = Stats(fail_log=args.fail_log), Control()
     threads = [threading.Thread(target=client_loop, args=(env, stats, args, i, ctl), daemon=True)
                for i in range(args.clients)]
     total_s = args.minutes * 60
@@ -786,6 +803,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="seeds each client's random choices")
     ap.add_argument("--pid", type=int, help="the server's pid: RSS from /proc/PID/status, and a liveness check")
     ap.add_argument("--json", metavar="FILE", help="write the result as one JSON line")
+    ap.add_argument("--fail-log", metavar="FILE", help="append each failed or lost request (whole, as JSON) as it happens")
     ap.add_argument("--max-rss-growth", type=float, default=5.0, metavar="PCT",
                     help="fail when idle RSS grows more than this percent from baseline to end (default 5)")
     ap.add_argument("--max-heap-growth", type=float, default=5.0, metavar="PCT",

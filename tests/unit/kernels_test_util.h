@@ -71,4 +71,44 @@ inline RandomWeights random_weights(std::mt19937 &rng, GgmlType type, int64_t n_
     return w;
 }
 
+// KV rows of type t from f32 values ([n, d]): f16 / bf16 rounded, q8_0 /
+// q4_0 through the GGUF reference quantizer. A row holding a NaN (the tests
+// poison rows a kernel must not read) becomes a NaN row of t: its blocks get
+// a NaN scale, so every dequantized element is NaN.
+inline std::vector<uint8_t> narrow_rows(cpu::RowType t, const float *x, int64_t n, int64_t d) {
+    const int64_t rb = cpu::row_bytes(t, d);
+    std::vector<uint8_t> out(static_cast<size_t>(n * rb));
+    for (int64_t r = 0; r < n; ++r) {
+        const float *row = x + r * d;
+        uint8_t *dst = out.data() + r * rb;
+        bool nan = false;
+        for (int64_t c = 0; c < d; ++c) nan = nan || std::isnan(row[c]);
+        switch (t) {
+            case cpu::RowType::f32: std::memcpy(dst, row, static_cast<size_t>(rb)); break;
+            case cpu::RowType::f16:
+            case cpu::RowType::bf16:
+                for (int64_t c = 0; c < d; ++c) {
+                    const uint16_t h = t == cpu::RowType::f16 ? fp32_to_fp16(row[c]) : fp32_to_bf16(row[c]);
+                    std::memcpy(dst + 2 * c, &h, 2);
+                }
+                break;
+            case cpu::RowType::q8_0:
+            case cpu::RowType::q4_0: {
+                const int64_t bb = t == cpu::RowType::q8_0 ? 34 : 18;
+                if (nan) {
+                    for (int64_t b = 0; b < d / 32; ++b) {
+                        const uint16_t h = 0x7e00;
+                        std::memcpy(dst + b * bb, &h, 2);
+                        std::memset(dst + b * bb + 2, 0x11, static_cast<size_t>(bb - 2));
+                    }
+                } else {
+                    quantize_row_ref(t == cpu::RowType::q8_0 ? GgmlType::Q8_0 : GgmlType::Q4_0, row, dst, d);
+                }
+                break;
+            }
+        }
+    }
+    return out;
+}
+
 }  // namespace sieve::test

@@ -44,7 +44,7 @@ struct AttnCase {
     std::vector<Lane> k, v;
     std::vector<const void *> k_ptr, v_ptr;
     cpu::RowType kv_type = cpu::RowType::f32;
-    std::vector<std::vector<uint16_t>> k16, v16;  // f16/bf16 copies (use_rows)
+    std::vector<std::vector<uint8_t>> k16, v16;  // narrowed copies (use_rows)
 
     AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, int64_t pos0, int64_t nkv,
              int64_t misalign = 0)
@@ -69,19 +69,15 @@ struct AttnCase {
         for (auto &x : k) k_ptr.push_back(x.p);
         for (auto &x : v) v_ptr.push_back(x.p);
     }
-    // Stores the lanes as f16 (or bf16) rows: the kernels then read those, and
-    // the reference widens the same rounded values.
+    // Stores the lanes as rows of t (f16, bf16, q8_0, q4_0): the kernels then
+    // read those, and the reference widens the same rounded values (rows past
+    // the visible ones stay NaN rows).
     void use_rows(cpu::RowType t) {
         kv_type = t;
         k16.clear();
         v16.clear();
-        const auto narrow = [&](const Lane &l) {
-            std::vector<uint16_t> h(static_cast<size_t>(n_kv * head_dim));
-            for (size_t i = 0; i < h.size(); ++i) h[i] = t == cpu::RowType::f16 ? fp32_to_fp16(l.p[i]) : fp32_to_bf16(l.p[i]);
-            return h;
-        };
-        for (const Lane &l : k) k16.push_back(narrow(l));
-        for (const Lane &l : v) v16.push_back(narrow(l));
+        for (const Lane &l : k) k16.push_back(test::narrow_rows(t, l.p, n_kv, head_dim));
+        for (const Lane &l : v) v16.push_back(test::narrow_rows(t, l.p, n_kv, head_dim));
         for (size_t g = 0; g < k.size(); ++g) {
             k_ptr[g] = k16[g].data();
             v_ptr[g] = v16[g].data();
@@ -398,6 +394,29 @@ TEST(Attention, HalfRowsMatchReference) {
             }
 }
 
+TEST(Attention, QuantizedRowsMatchReference) {
+    // q8_0 / q4_0 lanes (llama.cpp's KV cache types): the decode kernel
+    // dequantizes in registers, prefill in L1; the reference dequantizes the
+    // same bytes with the GGUF reference dequantizer, so the tolerance is the
+    // f32 one. Head sizes of the register paths (64, 128) and of the generic
+    // one (32, 96), GQA 1/3/7, uneven lanes, NaN rows past every lane's end.
+    std::mt19937 rng(55);
+    ThreadPool pool(2);
+    for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0})
+        for (Heads hh : k_heads)
+            for (int64_t d : {64, 128, 32, 96}) {
+                std::vector<int64_t> past(static_cast<size_t>(hh.n_head_kv));
+                for (auto &p : past) p = static_cast<int64_t>(rng() % 300);
+                const int64_t most = *std::max_element(past.begin(), past.end());
+                AttnCase dec(rng, hh.n_head, hh.n_head_kv, d, 1, past, most + 5);
+                dec.use_rows(t);
+                check(dec, Kernel::decode, pool);
+                AttnCase pre(rng, hh.n_head, hh.n_head_kv, d, 29, past, most + 31);
+                pre.use_rows(t);
+                check(pre, Kernel::prefill, pool);
+            }
+}
+
 namespace {
 
 // One sequence of a decode step: n_q = 1 over lanes whose visible lengths
@@ -467,7 +486,8 @@ TEST(Attention, DecodeMultiEqualsPerSequenceDecode) {
     // misaligned (the generic loop). 1 and 2 threads: the chunk plans differ.
     std::mt19937 rng(55);
     const int64_t groups[] = {1, 3, 7}, dims[] = {64, 128};
-    const cpu::RowType types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16};
+    const cpu::RowType types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0,
+                                   cpu::RowType::q4_0};
     for (int n_threads : {1, 2}) {
         ThreadPool pool(n_threads);
         int ci = 0;
@@ -499,7 +519,8 @@ TEST(Attention, DecodeMultiMixedShapesAndRepeatedCalls) {
     ThreadPool pool(2);
     cpu::attention_decode_multi(nullptr, 0, pool);
     const Heads heads[] = {{9, 3}, {14, 2}, {7, 1}, {4, 4}};
-    const cpu::RowType types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16};
+    const cpu::RowType types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0,
+                                   cpu::RowType::q4_0};
     for (int64_t n_seq : {17, 3, 1, 12, 17}) {
         std::vector<AttnCase> cases;
         std::vector<bool> with_lse;

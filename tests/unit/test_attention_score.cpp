@@ -36,7 +36,7 @@ struct ScoreCase {
     int64_t acc_stride;
     std::vector<float> q, lse;
     std::vector<std::vector<float>> k32, v32;
-    std::vector<std::vector<uint16_t>> k16, v16;
+    std::vector<std::vector<uint8_t>> k16, v16;
     std::vector<const void *> kp, vp;
 
     ScoreCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t hd, int64_t nq, std::vector<int64_t> past_rows,
@@ -58,11 +58,8 @@ struct ScoreCase {
                 v32.push_back(std::move(v));
                 continue;
             }
-            const auto narrow = [t](const std::vector<float> &x) {
-                std::vector<uint16_t> h(x.size());
-                for (size_t i = 0; i < x.size(); ++i)
-                    h[i] = t == cpu::RowType::f16 ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
-                return h;
+            const auto narrow = [t, hd](const std::vector<float> &x) {
+                return test::narrow_rows(t, x.data(), static_cast<int64_t>(x.size()) / hd, hd);
             };
             k16.push_back(narrow(k));
             v16.push_back(narrow(v));
@@ -169,7 +166,7 @@ struct Heads {
 };
 // GQA groups 1, 3, 4, 7.
 const Heads k_groups[] = {{2, 2}, {6, 2}, {8, 2}, {7, 1}};
-const cpu::RowType k_types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16};
+const cpu::RowType k_types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0};
 
 std::vector<int64_t> same(int64_t n_head_kv, int64_t past) { return std::vector<int64_t>(static_cast<size_t>(n_head_kv), past); }
 
@@ -190,15 +187,16 @@ TEST(AttentionScores, MatchesReferenceAcrossShapes) {
 }
 
 TEST(AttentionScores, HalfRowsMatchReference) {
-    // f16 / bf16 rows are widened exactly, so the oracle (which widens the
+    // f16 / bf16 rows (and q8_0 / q4_0, dequantized exactly) are widened exactly, so the oracle (which widens the
     // same rounded values) is as tight as for f32. The K block is transposed
     // in groups of 16 dims: 36 leaves a tail of 4 (widened one by one), 80 is
     // an odd number of groups.
     std::mt19937 rng(61);
     ThreadPool pool(2);
-    for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16})
+    for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0, cpu::RowType::q4_0})
         for (Heads hh : k_groups)
-            for (int64_t d : {36, 64, 80, 128})
+            for (int64_t d : {36, 64, 80, 96, 128})
+                if (cpu::row_type_fits(t, d))  // quantized rows: whole blocks of 32
                 for (int64_t n_q : {1, 32, 77})
                     for (int64_t past : {0, 63, 300})
                         check(ScoreCase(rng, hh.n_head, hh.n_head_kv, d, n_q, same(hh.n_head_kv, past), t, false), pool);

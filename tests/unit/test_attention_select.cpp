@@ -14,6 +14,7 @@
 
 #include "kernels_test_util.h"
 #include "sieve/core/fp16.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/ops.h"
 
 using namespace sieve;
@@ -30,7 +31,7 @@ struct SelCase {
     std::vector<int64_t> past;
     std::vector<float> q;
     std::vector<std::vector<float>> kf, vf;           // f32 values (what the reference widens)
-    std::vector<std::vector<uint16_t>> k16, v16;       // f16 / bf16 rows
+    std::vector<std::vector<uint8_t>> k16, v16;        // rows of a narrower type
     std::vector<const void *> k_ptr, v_ptr;
     std::vector<int32_t> span_rows;
     std::vector<int64_t> span_first;
@@ -51,8 +52,8 @@ struct SelCase {
         }
         narrow();
     }
-    // Rounds the f32 values to the row type (the reference reads the same
-    // values) and sets the lane pointers.
+    // Rounds the f32 values to the row type (kf / vf then hold the values the
+    // kernels and the reference read) and sets the lane pointers.
     void narrow() {
         k16.clear();
         v16.clear();
@@ -60,12 +61,10 @@ struct SelCase {
         v_ptr.clear();
         for (int64_t g = 0; g < n_head_kv; ++g) {
             for (auto *src : {&kf[static_cast<size_t>(g)], &vf[static_cast<size_t>(g)]}) {
-                std::vector<uint16_t> h(src->size());
-                for (size_t i = 0; i < h.size(); ++i) {
-                    h[i] = type == cpu::RowType::bf16 ? fp32_to_bf16((*src)[i]) : fp32_to_fp16((*src)[i]);
-                    if (type != cpu::RowType::f32)
-                        (*src)[i] = type == cpu::RowType::bf16 ? bf16_to_fp32(h[i]) : fp16_to_fp32(h[i]);
-                }
+                const int64_t n = static_cast<int64_t>(src->size()) / d;
+                std::vector<uint8_t> h = test::narrow_rows(type, src->data(), n, d);
+                if (type != cpu::RowType::f32)
+                    for (int64_t i = 0; i < n * d; ++i) (*src)[static_cast<size_t>(i)] = cpu::row_elem(type, h.data(), i);
                 (src == &kf[static_cast<size_t>(g)] ? k16 : v16).push_back(std::move(h));
             }
         }
@@ -109,18 +108,20 @@ struct SelCase {
             for (int64_t i = 0; i < spans.n_spans(g); ++i)
                 for (int64_t r = spans.begin(g, i); r < spans.end(g, i); ++r) keep[static_cast<size_t>(r)] = 1;
             const float *kp = type == cpu::RowType::f32 ? static_cast<const float *>(k_ptr[static_cast<size_t>(g)]) : nullptr;
+            const std::vector<float> nan_row(static_cast<size_t>(d), NAN);
+            const std::vector<uint8_t> nan_bytes = test::narrow_rows(type, nan_row.data(), 1, d);
+            const size_t rb = nan_bytes.size();
             for (size_t r = 0; r < keep.size(); ++r) {
                 if (keep[r]) continue;
-                for (int64_t c = 0; c < d; ++c) {
-                    const size_t i = r * static_cast<size_t>(d) + static_cast<size_t>(c);
-                    if (kp) {
+                if (kp) {
+                    for (int64_t c = 0; c < d; ++c) {
+                        const size_t i = r * static_cast<size_t>(d) + static_cast<size_t>(c);
                         const_cast<float *>(kp)[i] = NAN;
                         const_cast<float *>(static_cast<const float *>(v_ptr[static_cast<size_t>(g)]))[i] = NAN;
-                    } else {
-                        const uint16_t nan = type == cpu::RowType::f16 ? 0x7e00 : 0x7fc0;
-                        k16[static_cast<size_t>(g)][i] = nan;
-                        v16[static_cast<size_t>(g)][i] = nan;
                     }
+                } else {
+                    std::memcpy(k16[static_cast<size_t>(g)].data() + r * rb, nan_bytes.data(), rb);
+                    std::memcpy(v16[static_cast<size_t>(g)].data() + r * rb, nan_bytes.data(), rb);
                 }
             }
         }
@@ -179,7 +180,8 @@ std::string describe(const SelCase &c, int n_threads) {
     return s.str();
 }
 
-const cpu::RowType k_types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16};
+const cpu::RowType k_types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0,
+                                 cpu::RowType::q4_0};
 
 }  // namespace
 
@@ -192,7 +194,7 @@ TEST(AttentionSelect, AllRowsSelectedIsDenseBitForBit) {
         for (int rep = 0; rep < 24; ++rep) {
             const int64_t group = std::vector<int64_t>{1, 3, 7}[rep % 3], nkv = 1 + rep % 3;
             const int64_t d = rep % 4 == 3 ? 128 : 64;
-            SelCase c(rng, group * nkv, nkv, d, k_types[(rep / 3) % 3], random_past(rng, nkv, rep % 2 == 1));
+            SelCase c(rng, group * nkv, nkv, d, k_types[(rep / 3) % 5], random_past(rng, nkv, rep % 2 == 1));
             std::vector<float> o_dense(static_cast<size_t>(c.n_head * d)), lse_dense(static_cast<size_t>(c.n_head));
             cpu::attention_decode(c.args(o_dense.data(), lse_dense.data()), pool);
             std::vector<std::vector<std::pair<int64_t, int64_t>>> all;
@@ -223,7 +225,7 @@ TEST(AttentionSelect, SelectedRowsMatchTheReferenceAndNoOtherRowIsRead) {
         for (int rep = 0; rep < 36; ++rep) {
             const int64_t group = std::vector<int64_t>{1, 3, 7}[rep % 3], nkv = 1 + (rep / 3) % 3;
             const int64_t d = rep % 5 == 4 ? 128 : 64;
-            SelCase c(rng, group * nkv, nkv, d, k_types[rep % 3], random_past(rng, nkv, rep % 2 == 0));
+            SelCase c(rng, group * nkv, nkv, d, k_types[rep % 5], random_past(rng, nkv, rep % 2 == 0));
             std::vector<std::vector<std::pair<int64_t, int64_t>>> sel;
             for (int64_t p : c.past) sel.push_back(random_spans(rng, p + 1, units[(rep / 2) % 4]));
             c.select(sel);
@@ -256,7 +258,7 @@ TEST(AttentionSelect, MultiSequenceStepWithSelectionsEqualsEachAlone) {
     ThreadPool pool(2);
     std::vector<SelCase> cases;
     for (int i = 0; i < 11; ++i) {
-        cases.emplace_back(rng, 14, 2, 64, k_types[i % 3], random_past(rng, 2, i % 2 == 0));
+        cases.emplace_back(rng, 14, 2, 64, k_types[i % 5], random_past(rng, 2, i % 2 == 0));
         if (i % 3 != 2) {
             std::vector<std::vector<std::pair<int64_t, int64_t>>> sel;
             for (int64_t p : cases.back().past) sel.push_back(random_spans(rng, p + 1, 16));

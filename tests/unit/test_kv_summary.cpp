@@ -46,22 +46,13 @@ TEST(PageSummary, RoundingOutwardBracketsEveryValue) {
 // Rows of `type` from f32 values.
 std::vector<uint8_t> make_rows(std::mt19937 &rng, cpu::RowType t, int64_t n, int64_t d) {
     const std::vector<float> v = test::random_values(rng, static_cast<size_t>(n * d), 2.0f);
-    std::vector<uint8_t> out(static_cast<size_t>(n * d * cpu::row_type_bytes(t)));
-    for (size_t i = 0; i < v.size(); ++i) {
-        if (t == cpu::RowType::f32)
-            std::memcpy(out.data() + 4 * i, &v[i], 4);
-        else {
-            const uint16_t h = t == cpu::RowType::f16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
-            std::memcpy(out.data() + 2 * i, &h, 2);
-        }
-    }
-    return out;
+    return test::narrow_rows(t, v.data(), n, d);
 }
 
 TEST(PageSummary, GrowingRowByRowEqualsFromScratch) {
     std::mt19937 rng(82);
-    for (cpu::RowType t : {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16}) {
-        const int64_t d = 24, n = 150;
+    for (cpu::RowType t : cpu::k_row_types) {
+        const int64_t d = cpu::row_type_quantized(t) ? 64 : 24, n = 150;
         const std::vector<uint8_t> rows = make_rows(rng, t, n, d);
         LaneSummary s;
         int64_t at = 0;
@@ -167,7 +158,7 @@ TEST_P(KvSummaryStores, FollowAppendsCompactionsRollbacksAndSwaps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RowTypes, KvSummaryStores,
-                         ::testing::Values(cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16),
+                         ::testing::ValuesIn(cpu::k_row_types),
                          [](const auto &p) { return std::string(cpu::row_type_name(p.param)); });
 
 }  // namespace

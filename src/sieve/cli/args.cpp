@@ -146,9 +146,9 @@ std::string default_model_path() { return model_cache_dir() + "/SmolLM2-135M-Ins
 Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::RowType *out) {
     cpu::RowType k = cpu::RowType::f16, v = cpu::RowType::f16;
     if (!type_k.empty() && !cpu::row_type_parse(type_k, &k))
-        return Status::errorf("--cache-type-k: expected f16, bf16 or f32, got '%s'", type_k.c_str());
+        return Status::errorf("--cache-type-k: expected %s, got '%s'", cpu::row_type_names(), type_k.c_str());
     if (!type_v.empty() && !cpu::row_type_parse(type_v, &v))
-        return Status::errorf("--cache-type-v: expected f16, bf16 or f32, got '%s'", type_v.c_str());
+        return Status::errorf("--cache-type-v: expected %s, got '%s'", cpu::row_type_names(), type_v.c_str());
     if (type_k.empty()) k = v;
     if (type_v.empty()) v = k;
     if (k != v) {

@@ -92,7 +92,7 @@ void print_usage(FILE *out) {
                  "      --kv vattention|contiguous  KV store (default vattention)\n"
                  "      --kv-memory SIZE        KV page pool, e.g. 512MiB (default: what depth + test need)\n"
                  "      --kv-page-size SIZE     KV page size, 4KiB .. 2MiB, power of two (default 64KiB)\n"
-                 "  -ctk, --cache-type-k T      KV row type: f16 (default), bf16, or f32 (exact)\n"
+                 "  -ctk, --cache-type-k T      KV row type: f16 (default), bf16, f32 (exact), q8_0, q4_0\n"
                  "  -ctv, --cache-type-v T      the same for V (sieve keeps K and V in one type)\n"
                  "      --kv-policy P           KV policy, NAME[:key=value,...] or @FILE.json (default dense):\n"
                  "                              the depth fill is the prompt it compresses (once per depth,\n"
@@ -182,7 +182,7 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
                 return fail(Status::errorf("%s: expected vattention or contiguous, got '%s'", flag.c_str(), v.value().c_str()));
             o->kv = v.value();
         } else if (flag == "-ctk" || flag == "--cache-type-k" || flag == "-ctv" || flag == "--cache-type-v") {
-            Result<std::string> v = args.value("f16, bf16 or f32");
+            Result<std::string> v = args.value("f16, bf16, f32, q8_0 or q4_0");
             if (!v.ok()) return fail(v.status());
             (flag == "-ctk" || flag == "--cache-type-k" ? type_k : type_v) = v.value();
         } else if (flag == "--kv-policy") {
@@ -260,7 +260,7 @@ ModelFacts model_facts(const std::string &path, const GgufFile &file, const Mode
     const std::string size = p >= 1e9 ? strfmt("%.1fB", p / 1e9) : p >= 1e6 ? strfmt("%.0fM", p / 1e6) : strfmt("%.0fK", p / 1e3);
     m.type_desc = strfmt("%s %s %s", c.arch == ModelArch::qwen2 ? "qwen2" : "llama", size.c_str(),
                          type_name(static_cast<GgmlType>(main_type)));
-    m.kv_bytes_per_pos = c.n_layer * c.n_head_kv * c.head_dim * 2 * cpu::row_type_bytes(kv_type);
+    m.kv_bytes_per_pos = c.n_layer * c.n_head_kv * 2 * cpu::row_bytes(kv_type, c.head_dim);
     return m;
 }
 

@@ -47,7 +47,7 @@ void calibrate_usage(FILE *out) {
                  "  --seed S               sample i has seed S + i (default 0)\n"
                  "  --sink N               rows at the start a streaming head keeps (default 64)\n"
                  "  --recent N             rows at the end a streaming head keeps (default 256)\n"
-                 "  -ctk, --cache-type-k T KV row type: f16 (default), bf16, f32\n"
+                 "  -ctk, --cache-type-k T KV row type: f16 (default), bf16, f32, q8_0, q4_0\n"
                  "  --chat-template NAME   override the model's chat template: %s\n"
                  "  -t, --threads N        compute threads (default: every core)\n"
                  "  -h, --help             this text\n",
@@ -69,7 +69,7 @@ Status parse_options(int argc, char **argv, CalOptions *o) {
         } else if (f == "--chat-template") {
             SIEVE_TRY(take_string(args, "a template name", &o->chat_template));
         } else if (f == "-ctk" || f == "--cache-type-k") {
-            SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->type));
+            SIEVE_TRY(take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->type));
         } else if (f == "--task") {
             SIEVE_TRY(take_string(args, "a task name", &o->cal.task));
             const std::vector<std::string> known = eval_task_names();

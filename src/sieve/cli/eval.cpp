@@ -70,7 +70,7 @@ void eval_usage(FILE *out) {
                  "  --dump-samples FILE       write every generated sample (prompt, ids, answers) as JSONL\n"
                  "  -np, --parallel N         samples decoded together (default 8)\n"
                  "  -t, --threads N           compute threads (default: every core)\n"
-                 "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32\n"
+                 "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32, q8_0, q4_0\n"
                  "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
                  "  --ref-cache-type T        KV row type of the dense reference (default: as -ctk);\n"
                  "                            f32 makes it the exact oracle\n"
@@ -119,11 +119,11 @@ bool parse_value_flag(ArgCursor &args, const std::string &f, EvalOptions *o, Sta
     else if (f == "--ppl-dir")
         *st = take_string(args, "a folder", &p.task.ppl_dir);
     else if (f == "-ctk" || f == "--cache-type-k")
-        *st = take_string(args, "f16, bf16 or f32", &o->type_k);
+        *st = take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->type_k);
     else if (f == "-ctv" || f == "--cache-type-v")
-        *st = take_string(args, "f16, bf16 or f32", &o->type_v);
+        *st = take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->type_v);
     else if (f == "--ref-cache-type")
-        *st = take_string(args, "f16, bf16 or f32", &o->ref_type);
+        *st = take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->ref_type);
     else if (f == "--samples")
         *st = take_int(args, f, 1, 100000, &p.n_samples);
     else if (f == "--max-tokens")
@@ -200,7 +200,7 @@ Status parse_options(int argc, char **argv, EvalOptions *o) {
     SIEVE_TRY(parse_cache_types(o->type_k, o->type_v, &p.engine.kv_type));
     p.ref_kv_type = p.engine.kv_type;
     if (!o->ref_type.empty() && !cpu::row_type_parse(o->ref_type, &p.ref_kv_type))
-        return Status::errorf("--ref-cache-type: expected f16, bf16 or f32, got '%s'", o->ref_type.c_str());
+        return Status::errorf("--ref-cache-type: expected %s, got '%s'", cpu::row_type_names(), o->ref_type.c_str());
     return Status();
 }
 

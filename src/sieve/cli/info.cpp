@@ -34,7 +34,7 @@ void print_usage(FILE *out) {
                  "options:\n"
                  "  -c, --ctx-size N   also estimate the KV cache for a context of N tokens\n"
                  "  -ctk, --cache-type-k T, -ctv, --cache-type-v T\n"
-                 "                     the KV row type to estimate for: f16 (default), bf16, f32\n"
+                 "                     the KV row type to estimate for: f16 (default), bf16, f32, q8_0, q4_0\n"
                  "  -h, --help         show this help\n");
 }
 
@@ -167,6 +167,10 @@ void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx, cpu::R
     std::printf("  weights                 %s\n", human_bytes(weights).c_str());
     std::printf("  KV per token            %s (f32), %s (f16)\n", human_bytes(static_cast<uint64_t>(per_tok_f32)).c_str(),
                 human_bytes(static_cast<uint64_t>(per_tok_f16)).c_str());
+    if (type != cpu::RowType::f32 && type != cpu::RowType::f16 && cpu::row_type_fits(type, c.head_dim))
+        std::printf("  KV per token            %s (%s)\n",
+                    human_bytes(static_cast<uint64_t>(2 * c.n_layer * c.n_head_kv * cpu::row_bytes(type, c.head_dim))).c_str(),
+                    cpu::row_type_name(type));
     auto kv_line = [&](const char *what, int64_t n) {
         // n <= 2^31 and per-token bytes <= 2^45 for validated configs: no overflow.
         std::printf("  KV %-20s %s (f32), %s (f16)\n", what, human_bytes(static_cast<uint64_t>(n * per_tok_f32)).c_str(),
@@ -206,7 +210,7 @@ int cmd_info(int argc, char **argv) {
             }
             n_ctx = n.value();
         } else if (flag == "-ctk" || flag == "--cache-type-k" || flag == "-ctv" || flag == "--cache-type-v") {
-            Result<std::string> v = args.value("f16, bf16 or f32");
+            Result<std::string> v = args.value("f16, bf16, f32, q8_0 or q4_0");
             if (!v.ok()) {
                 std::fprintf(stderr, "sieve info: %s\n", v.status().message().c_str());
                 return k_exit_usage;

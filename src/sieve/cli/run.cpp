@@ -137,7 +137,7 @@ public:
             ++stats_.n_decode;
             // This step read every weight and the K/V rows of n_past() tokens.
             stats_.decode_bytes += static_cast<double>(model_.weight_bytes()) +
-                                   static_cast<double>(model_.config().kv_bytes_per_token(kv_.shape().row_bytes() / kv_.shape().head_dim)) *
+                                   static_cast<double>(2 * model_.config().n_layer * model_.config().n_head_kv * kv_.shape().row_bytes()) *
                                        static_cast<double>(n_past());
         }
         const std::string tail = detok.finish();

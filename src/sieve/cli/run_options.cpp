@@ -37,7 +37,7 @@ void run_options_usage(FILE *out) {
                  "  -t, --threads N           threads (default: every core)\n"
                  "  --kv-memory SIZE          KV page pool, e.g. 512MiB, 4GiB (default: enough for -c)\n"
                  "  --kv-page-size SIZE       KV page size, 4KiB .. 2MiB, power of two (default: 64KiB)\n"
-                 "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
+                 "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, f32 (exact), q8_0, q4_0\n"
                  "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
                  "  --kv-policy P             KV policy, NAME[:key=value,...] or @FILE.json (default dense;\n"
                  "                            docs/sparsity.md): applied after each prompt, and while decoding\n"
@@ -110,7 +110,7 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
         } else if (is(f, "--kv-policy")) {
             SIEVE_TRY(take_string(args, "NAME[:key=value,...] or @FILE.json", &o->kv_policy));
         } else if (is(f, "-ctk", "--cache-type-k") || is(f, "-ctv", "--cache-type-v")) {
-            SIEVE_TRY(take_string(args, "a KV row type: f16, bf16 or f32",
+            SIEVE_TRY(take_string(args, "a KV row type: f16, bf16, f32, q8_0 or q4_0",
                                  is(f, "-ctk", "--cache-type-k") ? &o->cache_type_k : &o->cache_type_v));
         } else if (is(f, "-t", "--threads")) {
             SIEVE_TRY(take_int(args, f, 1, 1024, &n));

@@ -72,7 +72,7 @@ void serve_usage(FILE *out) {
                  "  --no-prefix-cache         compute every prompt in full (default: blocks of %lld\n"
                  "                            prompt tokens stay cached and later requests that\n"
                  "                            start with the same tokens reuse them)\n"
-                 "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, or f32 (exact)\n"
+                 "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, f32 (exact), q8_0, q4_0\n"
                  "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
                  "  --kv-policy P             default KV policy, NAME[:key=value,...] or @FILE.json\n"
                  "                            (default: dense); a request's \"kv_policy\" overrides it.\n"
@@ -109,8 +109,8 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
         else if (f == "--kv-memory") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_memory_bytes));
         else if (f == "--kv-page-size") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_page_bytes));
         else if (f == "--swap-space") SIEVE_TRY(take_bytes(args, f, &o->engine.swap_bytes));
-        else if (f == "-ctk" || f == "--cache-type-k") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_k));
-        else if (f == "-ctv" || f == "--cache-type-v") SIEVE_TRY(take_string(args, "f16, bf16 or f32", &o->cache_type_v));
+        else if (f == "-ctk" || f == "--cache-type-k") SIEVE_TRY(take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->cache_type_k));
+        else if (f == "-ctv" || f == "--cache-type-v") SIEVE_TRY(take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->cache_type_v));
         else if (f == "--kv-policy") SIEVE_TRY(take_string(args, "NAME[:key=value,...] or @FILE.json", &o->kv_policy));
         else if (f == "--max-queue") { SIEVE_TRY(take_int(args, f, 0, 1 << 20, &v)); o->engine.max_waiting = static_cast<int>(v); }
         else if (f == "-t" || f == "--threads") { SIEVE_TRY(take_int(args, f, 1, 4096, &v)); o->engine.n_threads = static_cast<int>(v); }

@@ -14,6 +14,7 @@ Result<std::unique_ptr<ContiguousKv>> ContiguousKv::create(const KvShape &shape,
                               static_cast<long long>(shape.n_head_kv), static_cast<long long>(shape.head_dim),
                               static_cast<long long>(n_ctx));
     }
+    if (!cpu::row_type_fits(shape.type, shape.head_dim)) return row_type_error(shape);
     // Total bytes: n_seq * n_layer * n_head_kv * 2 * lane bytes, checked step by step.
     int64_t lane_bytes = 0;
     if (__builtin_mul_overflow(n_ctx, shape.row_bytes(), &lane_bytes) || lane_bytes > (INT64_MAX / 8)) {

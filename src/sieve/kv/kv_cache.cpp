@@ -74,3 +74,14 @@ void KvCache::summaries_reset(int seq) {
 }
 
 }  // namespace sieve
+
+namespace sieve {
+
+Status row_type_error(const KvShape &s) {
+    return Status::errorf("KV rows of type %s need head_dim to be a multiple of %lld; this model's head_dim is %lld "
+                          "(use f16, bf16 or f32)",
+                          cpu::row_type_name(s.type), static_cast<long long>(cpu::row_type_block(s.type)),
+                          static_cast<long long>(s.head_dim));
+}
+
+}  // namespace sieve

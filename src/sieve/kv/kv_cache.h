@@ -49,8 +49,12 @@ struct KvShape {
     int64_t head_dim = 0;
     cpu::RowType type = cpu::RowType::f32;  // element type of K and V rows
 
-    int64_t row_bytes() const { return head_dim * cpu::row_type_bytes(type); }
+    int64_t row_bytes() const { return cpu::row_bytes(type, head_dim); }
 };
+
+// The error for a row type the head size cannot take (the quantized types
+// need whole blocks of 32 elements per row).
+Status row_type_error(const KvShape &s);
 
 class KvCache {
 public:

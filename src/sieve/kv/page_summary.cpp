@@ -8,6 +8,7 @@
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/page_select.h"
 
 namespace sieve {
@@ -20,14 +21,7 @@ uint16_t fp16_step_down(uint16_t h) {
     return (h & 0x8000) ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h - 1);
 }
 
-float widen(cpu::RowType t, const void *lane, int64_t i) {
-    switch (t) {
-    case cpu::RowType::f32: return static_cast<const float *>(lane)[i];
-    case cpu::RowType::f16: return fp16_to_fp32(static_cast<const uint16_t *>(lane)[i]);
-    case cpu::RowType::bf16: return bf16_to_fp32(static_cast<const uint16_t *>(lane)[i]);
-    }
-    return NAN;
-}
+float widen(cpu::RowType t, const void *lane, int64_t i) { return cpu::row_elem(t, lane, i); }
 
 // Every non-NaN f16 value with its bits, ascending by value.
 const std::vector<std::pair<double, uint16_t>> &f16_values_sorted() {
@@ -88,7 +82,7 @@ const uint16_t *LaneSummary::update(cpu::RowType type, const void *lane, int64_t
     while (rows_ < n_rows) {
         const int64_t p = rows_ / k_summary_rows, end = std::min(n_rows, (p + 1) * k_summary_rows);
         uint16_t *mn = data_.data() + 2 * p * d, *mx = mn + d;
-        cpu::rows_minmax(type, static_cast<const uint8_t *>(lane) + rows_ * d * cpu::row_type_bytes(type), end - rows_, d,
+        cpu::rows_minmax(type, cpu::row_elems_at(type, lane, rows_ * d), end - rows_, d,
                          lo.data(), hi.data());
         const bool fresh = rows_ % k_summary_rows == 0;
         for (int64_t c = 0; c < d; ++c) {

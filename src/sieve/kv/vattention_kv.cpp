@@ -39,6 +39,7 @@ Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOpt
                               static_cast<long long>(s.head_dim), static_cast<long long>(opt.max_ctx),
                               static_cast<long long>(opt.headroom_pages));
     }
+    if (!cpu::row_type_fits(s.type, s.head_dim)) return row_type_error(s);
     auto pool = PagePool::create(opt.pool);
     if (!pool.ok()) return pool.status();
     std::unique_ptr<VAttentionKv> kv(new VAttentionKv());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sieve/kernels/cpu/attention_score.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/matmul_q8.h"
 #include "sieve/kernels/cpu/simd.h"
 #include "sieve/quant/dequant.h"
@@ -289,13 +290,9 @@ void add_inplace(float *x, const float *y, int64_t n) {
 }
 
 // One K or V row into its lane, narrowed to the lane's type (round to nearest even).
-void store_row(cpu::RowType type, const float *src, uint8_t *dst, int64_t n) {
-    switch (type) {
-    case cpu::RowType::f32: std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n)); break;
-    case cpu::RowType::f16: cpu::simd::f32_to_f16(src, reinterpret_cast<uint16_t *>(dst), n); break;
-    case cpu::RowType::bf16: cpu::simd::f32_to_bf16(src, reinterpret_cast<uint16_t *>(dst), n); break;
-    }
-}
+// q8_0 / q4_0 rows are quantized here, per row (so a row's bits do not depend
+// on its batch).
+void store_row(cpu::RowType type, const float *src, uint8_t *dst, int64_t n) { cpu::f32_to_rows(type, src, dst, n); }
 
 void add_bias(float *x, const float *bias, int64_t n_rows, int64_t n_cols) {
     for (int64_t t = 0; t < n_rows; ++t) add_inplace(x + t * n_cols, bias, n_cols);

@@ -68,7 +68,8 @@ template <class R>
     if (!a.spans) {
         for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
             const int64_t nb = std::min(decode::k_blk, j1 - jb);
-            decode::block<R>(a.q + h0 * d, group, k + jb * d, v + jb * d, nb, d, a.scale, s, part0, hstride);
+            decode::block<R>(a.q + h0 * d, group, k + jb * R::stride(d), v + jb * R::stride(d), nb, d, a.scale, s, part0,
+                             hstride);
         }
         return;
     }
@@ -84,7 +85,8 @@ template <class R>
         const int64_t lo = std::max(j0, x), hi = std::min(x1, x + len);
         for (int64_t xb = lo; xb < hi; xb += decode::k_blk) {
             const int64_t nb = std::min(decode::k_blk, hi - xb), r = b + (xb - x);
-            decode::block<R>(a.q + h0 * d, group, k + r * d, v + r * d, nb, d, a.scale, s, part0, hstride);
+            decode::block<R>(a.q + h0 * d, group, k + r * R::stride(d), v + r * R::stride(d), nb, d, a.scale, s, part0,
+                             hstride);
         }
         x += len;
     }
@@ -95,6 +97,8 @@ void decode_task_any(const AttnArgs &a, const decode::ChunkPlan &plan, float *pa
     case RowType::f32: return decode_task<decode::RowF32>(a, plan, partial, kvh, c);
     case RowType::f16: return decode_task<decode::RowF16>(a, plan, partial, kvh, c);
     case RowType::bf16: return decode_task<decode::RowBF16>(a, plan, partial, kvh, c);
+    case RowType::q8_0: return decode_task<decode::RowQ8_0>(a, plan, partial, kvh, c);
+    case RowType::q4_0: return decode_task<decode::RowQ4_0>(a, plan, partial, kvh, c);
     }
 }
 
@@ -151,6 +155,8 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     case RowType::f32: return decode_typed<decode::RowF32>(a, pool);
     case RowType::f16: return decode_typed<decode::RowF16>(a, pool);
     case RowType::bf16: return decode_typed<decode::RowBF16>(a, pool);
+    case RowType::q8_0: return decode_typed<decode::RowQ8_0>(a, pool);
+    case RowType::q4_0: return decode_typed<decode::RowQ4_0>(a, pool);
     }
 }
 

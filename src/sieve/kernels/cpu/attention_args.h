@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/simd.h"
 #include "sieve/kernels/cpu/ops.h"
 
@@ -15,6 +16,9 @@ inline void attn_check_args(const AttnArgs &a, const char *who) {
                  static_cast<long long>(a.n_q), static_cast<long long>(a.n_head), static_cast<long long>(a.n_head_kv));
     SIEVE_CHECKF(a.head_dim > 0 && a.head_dim % 4 == 0, "%s: head_dim = %lld, expected a positive multiple of 4", who,
                  static_cast<long long>(a.head_dim));
+    SIEVE_CHECKF(row_type_fits(a.kv_type, a.head_dim), "%s: %s rows of head_dim %lld (need whole blocks of %lld)", who,
+                 row_type_name(a.kv_type), static_cast<long long>(a.head_dim),
+                 static_cast<long long>(row_type_block(a.kv_type)));
     for (int64_t g = 0; g < a.n_head_kv; ++g)
         SIEVE_CHECKF(a.past(g) >= 0, "%s: n_past of kv head %lld = %lld", who, static_cast<long long>(g),
                      static_cast<long long>(a.past(g)));
@@ -33,14 +37,11 @@ inline int64_t attn_max_past(const AttnArgs &a) {
 
 // Rows [r0, r0 + n) of a lane as f32: the lane itself for f32 rows, else the
 // rows widened into buf ([n, d] floats, 64-byte aligned when the caller's is):
-// f16/bf16 rows are read from memory at half the bytes and converted in L1.
+// f16/bf16 rows are read from memory at half the bytes, q8_0 / q4_0 at about
+// a half / a quarter, and converted in L1.
 inline const float *attn_rows_f32(RowType t, const void *lane, int64_t r0, int64_t n, int64_t d, float *buf) {
     if (t == RowType::f32) return static_cast<const float *>(lane) + r0 * d;
-    const uint16_t *h = static_cast<const uint16_t *>(lane) + r0 * d;
-    if (t == RowType::f16)
-        simd::f16_to_f32(h, buf, n * d);
-    else
-        simd::bf16_to_f32(h, buf, n * d);
+    rows_to_f32(t, lane, r0 * d, n * d, buf);
     return buf;
 }
 

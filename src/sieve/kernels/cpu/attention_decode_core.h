@@ -20,8 +20,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "sieve/core/aligned.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/simd.h"
 
 namespace sieve::cpu::decode {
@@ -83,21 +85,32 @@ inline void init_parts(float *part0, int64_t group, int64_t hstride, int64_t d) 
     }
 }
 
-// Row element types the inner loop reads in place: f32, or f16 / bf16
-// widened in registers (half the bytes from memory, the same f32 arithmetic).
-// Each loader reads 16 consecutive elements as one f32 vector, and a whole
-// row into a small f32 buffer for the generic paths.
+// Row element types the inner loop reads in place: f32, f16 / bf16 widened
+// in registers (half the bytes from memory, the same f32 arithmetic), and the
+// quantized q8_0 / q4_0 rows (row_type.h) dequantized in registers (about a
+// half and a quarter of f16's bytes; the values are exactly row_elem's, so
+// the arithmetic after the load is the f32 one). Each loader gives:
+//   T            the pointer type rows are addressed by;
+//   stride(d)    T units per row of d elements;
+//   load16(r, i) elements [16 i, 16 i + 16) of the row at r as one f32 vector;
+//   row(r, d, b) the whole row as f32 (r itself, or widened into b).
 struct RowF32 {
     using T = float;
+    static constexpr bool k_wide = false;  // rows not widened (the register paths below are for narrow rows)
+    static constexpr int64_t stride(int64_t d) { return d; }
 #if defined(__AVX512F__)
-    static __m512 load16(const T *p) { return _mm512_loadu_ps(p); }
+    static __m512 load16(const T *p, int i) { return _mm512_loadu_ps(p + 16 * i); }
 #endif
     static const float *row(const T *p, int64_t, float *) { return p; }
 };
 struct RowF16 {
     using T = uint16_t;
+    static constexpr bool k_wide = true;
+    static constexpr int64_t stride(int64_t d) { return d; }
 #if defined(__AVX512F__)
-    static __m512 load16(const T *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+    static __m512 load16(const T *p, int i) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 16 * i)));
+    }
 #endif
     static const float *row(const T *p, int64_t d, float *buf) {
         simd::f16_to_f32(p, buf, d);
@@ -106,14 +119,58 @@ struct RowF16 {
 };
 struct RowBF16 {
     using T = uint16_t;
+    static constexpr bool k_wide = true;
+    static constexpr int64_t stride(int64_t d) { return d; }
 #if defined(__AVX512F__)
-    static __m512 load16(const T *p) {
-        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    static __m512 load16(const T *p, int i) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 16 * i)));
         return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
     }
 #endif
     static const float *row(const T *p, int64_t d, float *buf) {
         simd::bf16_to_f32(p, buf, d);
+        return buf;
+    }
+};
+// q8_0: blocks of (f16 d, 32 int8); x = d q.
+struct RowQ8_0 {
+    using T = uint8_t;
+    static constexpr bool k_wide = true;
+    static constexpr int64_t stride(int64_t d) { return d / 32 * 34; }
+#if defined(__AVX512F__)
+    static __m512 load16(const T *p, int i) {
+        const T *b = p + 34 * (i >> 1);
+        uint16_t h;
+        std::memcpy(&h, b, 2);
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2 + 16 * (i & 1)));
+        return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+#endif
+    static const float *row(const T *p, int64_t d, float *buf) {
+        rows_to_f32(RowType::q8_0, p, 0, d, buf);
+        return buf;
+    }
+};
+// q4_0: blocks of (f16 d, 16 bytes of nibbles: byte j's low nibble is element
+// j, its high nibble element j + 16); x = d (q - 8).
+struct RowQ4_0 {
+    using T = uint8_t;
+    static constexpr bool k_wide = true;
+    static constexpr int64_t stride(int64_t d) { return d / 32 * 18; }
+#if defined(__AVX512F__)
+    static __m512 load16(const T *p, int i) {
+        const T *b = p + 18 * (i >> 1);
+        uint16_t h;
+        std::memcpy(&h, b, 2);
+        __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
+        if (i & 1) x = _mm_srli_epi16(x, 4);
+        x = _mm_and_si128(x, _mm_set1_epi8(0x0f));
+        const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(x), _mm512_set1_epi32(8));
+        return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), _mm512_cvtepi32_ps(q));
+    }
+#endif
+    static const float *row(const T *p, int64_t d, float *buf) {
+        rows_to_f32(RowType::q4_0, p, 0, d, buf);
         return buf;
     }
 };
@@ -133,7 +190,8 @@ inline void pv_tile(const float *s, const typename R::T *v_rows, int64_t nb, flo
         for (int i = 0; i < D16; ++i) acc[t][i] = _mm512_load_ps(acc0 + t * hstride + 16 * i);
     for (int64_t j = 0; j < nb; ++j) {
         __m512 v[D16];
-        for (int i = 0; i < D16; ++i) v[i] = R::load16(v_rows + j * 16 * D16 + 16 * i);
+        const typename R::T *vr = v_rows + j * R::stride(16 * D16);
+        for (int i = 0; i < D16; ++i) v[i] = R::load16(vr, i);
         for (int t = 0; t < GT; ++t) {
             const __m512 p = _mm512_set1_ps(s[t * k_blk + j]);
             for (int i = 0; i < D16; ++i) acc[t][i] = _mm512_fmadd_ps(p, v[i], acc[t][i]);
@@ -169,7 +227,7 @@ inline void pv_heads(const float *s, int64_t group, const typename R::T *v_rows,
 template <class R, int D16>
 inline void qk_row(const float *q, int64_t group, const typename R::T *kr, float scale, float *s) {
     __m512 k[D16];
-    for (int i = 0; i < D16; ++i) k[i] = R::load16(kr + 16 * i);
+    for (int i = 0; i < D16; ++i) k[i] = R::load16(kr, i);
     for (int64_t g = 0; g < group; ++g) {
         __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q + g * 16 * D16), k[0]);
         for (int i = 1; i < D16; ++i) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * 16 * D16 + 16 * i), k[i], acc);
@@ -186,7 +244,7 @@ template <class R>
 inline void qk_rows4_d64(const float *q, int64_t group, const typename R::T *k_rows, float scale, float *s) {
     __m512 k[4][4];
     for (int r = 0; r < 4; ++r)
-        for (int i = 0; i < 4; ++i) k[r][i] = R::load16(k_rows + 64 * r + 16 * i);
+        for (int i = 0; i < 4; ++i) k[r][i] = R::load16(k_rows + r * R::stride(64), i);
     const __m128 vs = _mm_set1_ps(scale);
     for (int64_t g = 0; g < group; ++g) {
         const float *qg = q + 64 * g;
@@ -216,7 +274,7 @@ inline void pv(const float *s, int64_t group, const typename R::T *v_rows, int64
     // blocks start on pages); the register path needs that for f32 (the
     // accumulators' stores are aligned either way); other head sizes take the
     // generic loop.
-    if (reinterpret_cast<uintptr_t>(v_rows) % 64 == 0 || sizeof(typename R::T) == 2) {
+    if (reinterpret_cast<uintptr_t>(v_rows) % 64 == 0 || R::k_wide) {
         switch (d) {
         case 64: return pv_heads<R, 4>(s, group, v_rows, nb, part0, hstride);
         case 128: return pv_heads<R, 8>(s, group, v_rows, nb, part0, hstride);
@@ -228,7 +286,7 @@ inline void pv(const float *s, int64_t group, const typename R::T *v_rows, int64
 #endif
     alignas(64) float buf[k_max_row];
     for (int64_t j = 0; j < nb; ++j) {
-        const float *vr = R::row(v_rows + j * d, d, buf);
+        const float *vr = R::row(v_rows + j * R::stride(d), d, buf);
         for (int64_t g = 0; g < group; ++g) simd::scale_axpy(part0 + g * hstride, 1.0f, s[g * k_blk + j], vr, d);
     }
 }
@@ -238,15 +296,15 @@ template <class R>
 inline void qk(const float *q, int64_t group, const typename R::T *k_rows, int64_t nb, int64_t d, float scale,
                float *s) {
 #if defined(__AVX512F__)
-    if (sizeof(typename R::T) == 2 && (d == 64 || d == 128)) {
+    if (R::k_wide && (d == 64 || d == 128)) {
         int64_t j = 0;
         if (d == 64)
-            for (; j + 4 <= nb; j += 4) qk_rows4_d64<R>(q, group, k_rows + j * d, scale, s + j);
+            for (; j + 4 <= nb; j += 4) qk_rows4_d64<R>(q, group, k_rows + j * R::stride(d), scale, s + j);
         for (; j < nb; ++j) {
             if (d == 64)
-                qk_row<R, 4>(q, group, k_rows + j * d, scale, s + j);
+                qk_row<R, 4>(q, group, k_rows + j * R::stride(d), scale, s + j);
             else
-                qk_row<R, 8>(q, group, k_rows + j * d, scale, s + j);
+                qk_row<R, 8>(q, group, k_rows + j * R::stride(d), scale, s + j);
         }
         return;
     }
@@ -255,7 +313,7 @@ inline void qk(const float *q, int64_t group, const typename R::T *k_rows, int64
     // query head of the group; half rows widened once into buf.
     alignas(64) float buf[k_max_row];
     for (int64_t j = 0; j < nb; ++j) {
-        const float *kr = R::row(k_rows + j * d, d, buf);
+        const float *kr = R::row(k_rows + j * R::stride(d), d, buf);
         for (int64_t g = 0; g < group; ++g) s[g * k_blk + j] = scale * simd::dot(q + g * d, kr, d);
     }
 }

@@ -43,6 +43,7 @@
 #include "sieve/core/aligned.h"
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/simd.h"
 
 namespace sieve::cpu {
@@ -156,14 +157,7 @@ constexpr TileFn tile_fn(int nr, std::integer_sequence<int, N...>) {
 // kt[c][jj] = K[jj][c] as f32 for jj < nb, 0 for nb <= jj < k_kt; k: the
 // block's first row, d elements per row.
 
-inline float widen_one(RowType t, const void *rows, int64_t i) {
-    switch (t) {
-    case RowType::f32: return static_cast<const float *>(rows)[i];
-    case RowType::f16: return fp16_to_fp32(static_cast<const uint16_t *>(rows)[i]);
-    case RowType::bf16: return bf16_to_fp32(static_cast<const uint16_t *>(rows)[i]);
-    }
-    return 0.0f;
-}
+inline float widen_one(RowType t, const void *rows, int64_t i) { return row_elem(t, rows, i); }
 
 #if defined(__AVX512F__)
 template <RowType T>
@@ -246,6 +240,8 @@ void check_args(const AttnScoreArgs &a, const char *who) {
                  static_cast<long long>(a.n_head), static_cast<long long>(a.n_head_kv));
     SIEVE_CHECKF(a.head_dim > 0 && a.head_dim % 4 == 0, "%s: head_dim = %lld", who,
                  static_cast<long long>(a.head_dim));
+    SIEVE_CHECKF(row_type_fits(a.kv_type, a.head_dim), "%s: %s rows of head_dim %lld", who, row_type_name(a.kv_type),
+                 static_cast<long long>(a.head_dim));
     SIEVE_CHECKF(a.q && a.lse && a.k && a.acc, "%s: null q/lse/k/acc pointer", who);
     SIEVE_CHECKF(a.lse_stride >= a.n_q, "%s: lse_stride %lld < n_q %lld", who, static_cast<long long>(a.lse_stride),
                  static_cast<long long>(a.n_q));
@@ -270,8 +266,14 @@ float *sums_scratch(int64_t n) {
 template <RowType T>
 void score_block(const AttnScoreArgs &a, int64_t g, int64_t j0, int64_t nb, float *kt, float *sums) {
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv, past = a.past(g);
-    const size_t elt = T == RowType::f32 ? sizeof(float) : sizeof(uint16_t);
-    widen_transpose<T>(static_cast<const char *>(a.k[g]) + static_cast<size_t>(j0 * d) * elt, nb, d, kt);
+    if constexpr (row_type_quantized(T)) {
+        // Quantized rows: dequantized once into f32 rows (exact), then the f32 transpose.
+        alignas(64) float rows[k_max_d * k_kt];
+        rows_to_f32(T, a.k[g], j0 * d, nb * d, rows);
+        widen_transpose<RowType::f32>(rows, nb, d, kt);
+    } else {
+        widen_transpose<T>(row_elems_at(T, a.k[g], j0 * d), nb, d, kt);
+    }
     // The sums start from acc and each row's p is added in row order (a
     // head's queries in increasing order), so acc receives one query after
     // another however the queries are split across calls: a prompt prefilled
@@ -345,6 +347,8 @@ void attention_scores(const AttnScoreArgs &a, ThreadPool &pool) {
     case RowType::f32: return scores_typed<RowType::f32>(a, pool);
     case RowType::f16: return scores_typed<RowType::f16>(a, pool);
     case RowType::bf16: return scores_typed<RowType::bf16>(a, pool);
+    case RowType::q8_0: return scores_typed<RowType::q8_0>(a, pool);
+    case RowType::q4_0: return scores_typed<RowType::q4_0>(a, pool);
     }
 }
 

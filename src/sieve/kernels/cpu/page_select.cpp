@@ -5,6 +5,7 @@
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/simd.h"
 
 namespace sieve::cpu {
@@ -65,11 +66,7 @@ void rows_minmax(RowType t, const void *rows, int64_t n, int64_t d, float *lo, f
         if (t == RowType::f32) {
             x = static_cast<const float *>(rows) + r * d;
         } else {
-            const uint16_t *h = static_cast<const uint16_t *>(rows) + r * d;
-            if (t == RowType::f16)
-                simd::f16_to_f32(h, buf, d);
-            else
-                simd::bf16_to_f32(h, buf, d);
+            rows_to_f32(t, rows, r * d, d, buf);  // quantized keys: their dequantized values
             x = buf;
         }
         for (int64_t c = 0; c < d; ++c) {  // vectorized: min / max are exact in any order

@@ -26,7 +26,13 @@ void matmul_ref(const WeightView &w, const float *x, int64_t n_tokens, float *y)
 
 namespace {
 
+// Scalar and independent of kv_rows.cpp: the quantized rows through the
+// GGUF reference dequantizer (quant/dequant.h).
 void widen_rows(RowType t, const void *src, int64_t n, float *dst) {
+    if (t == RowType::q8_0 || t == RowType::q4_0) {
+        dequantize_row(t == RowType::q8_0 ? GgmlType::Q8_0 : GgmlType::Q4_0, src, dst, n);
+        return;
+    }
     for (int64_t i = 0; i < n; ++i) {
         const uint16_t *h = static_cast<const uint16_t *>(src);
         dst[i] = t == RowType::f32 ? static_cast<const float *>(src)[i]

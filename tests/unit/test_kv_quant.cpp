@@ -1,0 +1,263 @@
+// Quantized KV rows (q8_0 / q4_0, kernels/cpu/row_type.h): the row
+// conversions against the GGUF reference (de)quantizers, a model whose KV is
+// quantized against the same model with f32 KV, the stores moving 68- and
+// 36-byte rows (which straddle pages) through compaction exactly, and clear
+// errors where a head size cannot be quantized.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf_test_util.h"
+#include "kernels_test_util.h"
+#include "sieve/core/thread_pool.h"
+#include "sieve/gguf/gguf.h"
+#include "sieve/kernels/cpu/kv_rows.h"
+#include "sieve/kv/contiguous_kv.h"
+#include "sieve/kv/vattention_kv.h"
+#include "sieve/model/model.h"
+#include "sieve/quant/dequant.h"
+
+namespace sieve {
+namespace {
+
+GgmlType ggml_of(cpu::RowType t) { return t == cpu::RowType::q8_0 ? GgmlType::Q8_0 : GgmlType::Q4_0; }
+
+TEST(KvQuant, RowBytesAndNames) {
+    EXPECT_EQ(68, cpu::row_bytes(cpu::RowType::q8_0, 64));
+    EXPECT_EQ(36, cpu::row_bytes(cpu::RowType::q4_0, 64));
+    EXPECT_EQ(272, cpu::row_bytes(cpu::RowType::q8_0, 256));
+    EXPECT_EQ(128, cpu::row_bytes(cpu::RowType::f16, 64));
+    for (cpu::RowType t : cpu::k_row_types) {
+        cpu::RowType back = cpu::RowType::f32;
+        ASSERT_TRUE(cpu::row_type_parse(cpu::row_type_name(t), &back));
+        EXPECT_EQ(t, back);
+    }
+    cpu::RowType t = cpu::RowType::f16;
+    EXPECT_FALSE(cpu::row_type_parse("q4_1", &t));
+    EXPECT_FALSE(cpu::row_type_parse("Q8_0", &t));  // llama.cpp's names are lower case
+    EXPECT_TRUE(cpu::row_type_fits(cpu::RowType::q8_0, 96));
+    EXPECT_FALSE(cpu::row_type_fits(cpu::RowType::q8_0, 8));
+    EXPECT_FALSE(cpu::row_type_fits(cpu::RowType::q4_0, 48));
+    EXPECT_TRUE(cpu::row_type_fits(cpu::RowType::f16, 8));
+}
+
+TEST(KvQuant, ConversionsMatchTheGgufReference) {
+    // f32_to_rows writes the reference quantizer's bytes; rows_to_f32 (SIMD)
+    // and row_elem (scalar) give the reference dequantizer's values bit for
+    // bit, from any whole block of a run of rows.
+    std::mt19937 rng(401);
+    for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0}) {
+        for (int64_t n : {32, 64, 96, 128 * 7}) {
+            const std::vector<float> x = test::random_values(rng, static_cast<size_t>(n), 1.5f);
+            std::vector<uint8_t> got(static_cast<size_t>(cpu::row_bytes(t, n))), want(got.size());
+            cpu::f32_to_rows(t, x.data(), got.data(), n);
+            ASSERT_TRUE(quantize_row_ref(ggml_of(t), x.data(), want.data(), n));
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size())) << cpu::row_type_name(t) << " n " << n;
+            std::vector<float> ref(static_cast<size_t>(n));
+            dequantize_row(ggml_of(t), want.data(), ref.data(), n);
+            for (int64_t e0 = 0; e0 < n; e0 += 32) {
+                const int64_t len = std::min<int64_t>(n - e0, 32 * (1 + static_cast<int64_t>(rng() % 5)));
+                std::vector<float> w(static_cast<size_t>(len), NAN);
+                cpu::rows_to_f32(t, got.data(), e0, len, w.data());
+                for (int64_t i = 0; i < len; ++i) {
+                    ASSERT_EQ(0, std::memcmp(&w[static_cast<size_t>(i)], &ref[static_cast<size_t>(e0 + i)], 4))
+                        << cpu::row_type_name(t) << " element " << e0 + i;
+                    const float s = cpu::row_elem(t, got.data(), e0 + i);
+                    ASSERT_EQ(0, std::memcmp(&s, &ref[static_cast<size_t>(e0 + i)], 4));
+                }
+            }
+            // Dequantized values are close to the input: within half a step
+            // of each block's scale (q8_0: amax / 127; q4_0: amax / 8), plus
+            // the scale's rounding to f16 (2^-11 relative) times the largest
+            // quantized magnitude (127 or 8). q4_0 maps the largest magnitude
+            // to -8, so values of the other sign near it clip at +7: a whole step.
+            for (int64_t b = 0; b < n / 32; ++b) {
+                float amax = 0.0f;
+                for (int64_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(32 * b + i)]));
+                const float step = t == cpu::RowType::q8_0 ? amax / 127.0f : amax / 8.0f;
+                for (int64_t i = 0; i < 32; ++i)
+                    ASSERT_LE(std::fabs(ref[static_cast<size_t>(32 * b + i)] - x[static_cast<size_t>(32 * b + i)]),
+                              step * (t == cpu::RowType::q8_0 ? 0.57f : 1.01f) + 1e-6f)
+                        << cpu::row_type_name(t) << " element " << 32 * b + i;
+            }
+        }
+    }
+}
+
+// A tiny llama with head_dim 64 (whole q8_0 / q4_0 blocks): 2 layers,
+// 4 query heads over 2 KV heads.
+class KvQuantModel : public ::testing::Test {
+protected:
+    static constexpr int64_t k_vocab = 41;
+    void SetUp() override {
+        gguf_test::TinyModel tm;
+        tm.n_embd = 256;
+        tm.n_head = 4;
+        tm.n_head_kv = 2;
+        tm.n_ff = 96;
+        tm.n_vocab = k_vocab;
+        tm.n_ctx = 512;
+        path_ = ::testing::TempDir() + "/sieve_kv_quant.gguf";
+        ASSERT_TRUE(gguf_test::make_tiny_model(tm, 403).write(path_).ok());
+        auto f = GgufFile::open(path_);
+        ASSERT_TRUE(f.ok()) << f.status().message();
+        file_ = std::move(f.value());
+        auto m = Model::load(*file_);
+        ASSERT_TRUE(m.ok()) << m.status().message();
+        model_ = std::move(m.value());
+        ASSERT_EQ(64, model_->config().head_dim);
+    }
+    // Logits of every position of `tokens`: a prefill of the first n_prefill,
+    // then one decode step per remaining token.
+    std::vector<float> run(KvCache &kv, const std::vector<int32_t> &tokens, int64_t n_prefill) {
+        ThreadPool pool(2);
+        auto ws = model_->make_workspace(static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()));
+        std::vector<float> out;
+        std::vector<int32_t> pos(tokens.size()), seq(tokens.size(), 0);
+        for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+        std::vector<int8_t> want(tokens.size(), 1);
+        int64_t at = 0;
+        while (at < static_cast<int64_t>(tokens.size())) {
+            const int64_t n = at == 0 ? n_prefill : 1;
+            EXPECT_TRUE(kv.reserve(0, at + n).ok());
+            Status st = model_->forward(Batch{tokens.data() + at, pos.data() + at, seq.data() + at, n, want.data() + at},
+                                        kv, *ws, pool);
+            EXPECT_TRUE(st.ok()) << st.message();
+            out.insert(out.end(), ws->logits(), ws->logits() + n * k_vocab);
+            at += n;
+        }
+        return out;
+    }
+    std::string path_;
+    std::unique_ptr<GgufFile> file_;
+    std::unique_ptr<Model> model_;
+};
+
+TEST_F(KvQuantModel, RowsAreTheReferenceQuantizationAndErrorsFollowPrecision) {
+    // Layer 0's K and V rows depend on the embeddings only, so the quantized
+    // run stores exactly the reference quantizer's bytes of the f32 run's
+    // rows. Logits against f32 KV (the oracle): the mean error grows from f16
+    // to q8_0 to q4_0 (an untrained random model amplifies any perturbation,
+    // so no absolute bound is meaningful here; docs/accuracy.md measures KL
+    // on a real model), and a quantized run is not the exact one.
+    std::mt19937 rng(404);
+    std::vector<int32_t> tokens(300);
+    for (int32_t &t : tokens) t = static_cast<int32_t>(rng() % k_vocab);
+    const int64_t n = static_cast<int64_t>(tokens.size()), d = 64, n_kv = model_->config().n_head_kv;
+    std::vector<float> ref;
+    std::unique_ptr<ContiguousKv> exact;
+    double err[3] = {0, 0, 0};
+    const cpu::RowType types[] = {cpu::RowType::f16, cpu::RowType::q8_0, cpu::RowType::q4_0};
+    for (int i = -1; i < 3; ++i) {
+        const cpu::RowType t = i < 0 ? cpu::RowType::f32 : types[i];
+        auto kv = ContiguousKv::create(model_->kv_shape(1, t), n);
+        ASSERT_TRUE(kv.ok()) << kv.status().message();
+        const std::vector<float> l = run(**kv, tokens, 200);
+        for (float x : l) ASSERT_TRUE(std::isfinite(x)) << cpu::row_type_name(t);
+        if (i < 0) {
+            ref = l;
+            exact = std::move(kv.value());
+            continue;
+        }
+        for (size_t j = 0; j < l.size(); ++j) err[i] += std::fabs(l[j] - ref[j]) / static_cast<double>(l.size());
+        for (int64_t g = 0; g < n_kv; ++g)
+            for (int kv_i = 0; kv_i < 2; ++kv_i) {
+                const float *x = static_cast<const float *>(kv_i ? exact->v_data(0, 0, g) : exact->k_data(0, 0, g));
+                const std::vector<uint8_t> want = test::narrow_rows(t, x, n, d);
+                const void *got = kv_i ? (*kv)->v_data(0, 0, g) : (*kv)->k_data(0, 0, g);
+                ASSERT_EQ(0, std::memcmp(want.data(), got, want.size()))
+                    << cpu::row_type_name(t) << (kv_i ? " V" : " K") << " lane of layer 0, kv head " << g;
+            }
+    }
+    EXPECT_GT(err[0], 0.0);
+    EXPECT_LT(err[0], err[1]);
+    EXPECT_LT(err[1], err[2]);
+}
+
+TEST_F(KvQuantModel, BothStoresGiveTheSameBitsThroughCompaction) {
+    // The lane store over pages of 4 KiB: 68- and 36-byte rows straddle page
+    // boundaries, compaction moves them as bytes; the contiguous store is the
+    // oracle. Logits after a prefill, a compaction of every lane to a random
+    // subset, and decode steps are equal bit for bit.
+    for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0}) {
+        std::mt19937 rng(405);
+        std::vector<int32_t> tokens(260);
+        for (int32_t &x : tokens) x = static_cast<int32_t>(rng() % k_vocab);
+        const KvShape shape = model_->kv_shape(1, t);
+        auto contig = ContiguousKv::create(shape, 300);
+        ASSERT_TRUE(contig.ok());
+        VAttentionKvOptions o;
+        o.shape = shape;
+        o.max_ctx = 300;
+        o.pool.page_bytes = 4096;
+        o.pool.budget_bytes = int64_t{16} << 20;
+        auto lanes = VAttentionKv::create(o);
+        ASSERT_TRUE(lanes.ok()) << lanes.status().message();
+        ThreadPool pool(2);
+        auto ws = model_->make_workspace(256, 1);
+        std::vector<std::vector<float>> logits(2);
+        KvCache *stores[] = {contig->get(), lanes->get()};
+        // keep lists per (layer, kv head): the same for both stores
+        std::vector<std::vector<int32_t>> keep(static_cast<size_t>(shape.n_layer * shape.n_head_kv));
+        for (auto &k : keep)
+            for (int32_t r = 0; r < 200; ++r)
+                if (rng() % 3 != 0) k.push_back(r);
+        for (int si = 0; si < 2; ++si) {
+            KvCache &kv = *stores[si];
+            std::vector<int32_t> pos(tokens.size()), seq(tokens.size(), 0);
+            for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+            ASSERT_TRUE(kv.reserve(0, 200).ok());
+            ASSERT_TRUE(model_->forward(Batch{tokens.data(), pos.data(), seq.data(), 200, nullptr}, kv, *ws, pool).ok());
+            for (int64_t il = 0; il < shape.n_layer; ++il) {
+                std::vector<const int32_t *> ptrs;
+                std::vector<int64_t> n_keep;
+                for (int64_t g = 0; g < shape.n_head_kv; ++g) {
+                    const auto &k = keep[static_cast<size_t>(il * shape.n_head_kv + g)];
+                    ptrs.push_back(k.data());
+                    n_keep.push_back(static_cast<int64_t>(k.size()));
+                }
+                ASSERT_TRUE(kv.compact_layer(0, il, ptrs.data(), n_keep.data()).ok());
+            }
+            for (int64_t at = 200; at < 260; ++at) {
+                ASSERT_TRUE(kv.reserve(0, at + 1).ok());
+                ASSERT_TRUE(model_->forward(Batch{tokens.data() + at, pos.data() + at, seq.data() + at, 1, nullptr}, kv,
+                                            *ws, pool)
+                                .ok());
+                logits[static_cast<size_t>(si)].insert(logits[static_cast<size_t>(si)].end(), ws->logits(),
+                                                       ws->logits() + k_vocab);
+            }
+        }
+        ASSERT_EQ(logits[0].size(), logits[1].size());
+        EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)))
+            << cpu::row_type_name(t);
+    }
+}
+
+TEST(KvQuant, HeadSizesThatCannotBeQuantizedAreErrors) {
+    KvShape s;
+    s.n_seq = 1;
+    s.n_layer = 2;
+    s.n_head_kv = 2;
+    s.head_dim = 8;  // stories260K's
+    s.type = cpu::RowType::q8_0;
+    auto c = ContiguousKv::create(s, 16);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(std::string::npos, c.status().message().find("head_dim")) << c.status().message();
+    EXPECT_NE(std::string::npos, c.status().message().find("q8_0")) << c.status().message();
+    VAttentionKvOptions o;
+    o.shape = s;
+    o.shape.type = cpu::RowType::q4_0;
+    o.max_ctx = 16;
+    o.pool.budget_bytes = int64_t{1} << 20;
+    auto v = VAttentionKv::create(o);
+    ASSERT_FALSE(v.ok());
+    EXPECT_NE(std::string::npos, v.status().message().find("multiple of 32")) << v.status().message();
+}
+
+}  // namespace
+}  // namespace sieve
