@@ -159,14 +159,19 @@ struct RowQ4_0 {
     static constexpr int64_t stride(int64_t d) { return d / 32 * 18; }
 #if defined(__AVX512F__)
     static __m512 load16(const T *p, int i) {
+        // The 16 values a nibble can stand for, d (q - 8), in one register;
+        // vpermps picks by the low 4 bits of each 32-bit index, so the low
+        // nibbles need no mask and the high ones one shift (the products are
+        // rounded once either way: d (q - 8) is exact in f32).
         const T *b = p + 18 * (i >> 1);
         uint16_t h;
         std::memcpy(&h, b, 2);
-        __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
-        if (i & 1) x = _mm_srli_epi16(x, 4);
-        x = _mm_and_si128(x, _mm_set1_epi8(0x0f));
-        const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(x), _mm512_set1_epi32(8));
-        return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), _mm512_cvtepi32_ps(q));
+        const __m512 lut = _mm512_mul_ps(
+            _mm512_set1_ps(_cvtsh_ss(h)),
+            _mm512_setr_ps(-8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f, -2.0f, -1.0f, 0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f));
+        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2)));
+        if (i & 1) x = _mm512_srli_epi32(x, 4);
+        return _mm512_permutexvar_ps(x, lut);
     }
 #endif
     static const float *row(const T *p, int64_t d, float *buf) {
