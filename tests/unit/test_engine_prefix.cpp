@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +110,56 @@ TEST_F(PrefixCacheTest, GreedyOutputIsTheSameWithAndWithoutAHit) {
         EXPECT_FALSE(plain->stats().prefix_cache);
         EXPECT_EQ(plain->stats().prefix_query_tokens, 0);
     }
+}
+
+// The logprobs of every generated token are the same bits whether the
+// prompt's last token ran alone (a hit that leaves one token; a token budget
+// that cuts the prompt to a one-token last chunk) or inside a longer chunk:
+// a prompt token always takes the prefill kernel (Batch::in_prompt), whose
+// bits do not depend on the cut. Logprobs, not greedy tokens: an argmax
+// hides a last-bit difference that a seeded sample at temperature 1 may not.
+TEST_F(PrefixCacheTest, APromptTokenAloneInItsChunkGivesTheBitsOfALongChunk) {
+    EngineOptions o;
+    o.max_seqs = 2;
+    o.max_ctx = 512;
+    EngineOptions off = o;
+    off.prefix_cache = false;
+    EngineOptions cut = off;
+    cut.max_batch_tokens = 32;  // 193 = 6 x 32 + 1: the last chunk is one token
+    auto e = make_engine(o), plain = make_engine(off), cut_e = make_engine(cut);
+    ASSERT_TRUE(e && plain && cut_e);
+    const std::vector<int32_t> shared = random_prompt(203, 11);
+    const std::vector<int32_t> p193(shared.begin(), shared.begin() + 193);  // 12 blocks + 1
+    const auto with_logprobs = [](std::vector<int32_t> prompt) {
+        GenRequest r = greedy(std::move(prompt), 12);
+        r.n_logprobs = 5;
+        return r;
+    };
+    (void)run_all(*e, {with_logprobs(shared)});  // caches 12 blocks
+    const auto hit = run_all(*e, {with_logprobs(p193)});
+    ASSERT_EQ(hit[0].back().n_cached_tokens, 192) << "the hit leaves the last prompt token alone";
+    const auto ref = run_all(*plain, {with_logprobs(p193)});
+    const auto chunked = run_all(*cut_e, {with_logprobs(p193)});
+    const auto flat = [](const std::vector<GenEvent> &evs) {
+        std::vector<float> v;
+        for (const GenEvent &ev : evs) {
+            for (const TokenLogprob &t : ev.logprobs) v.push_back(t.logprob);
+            for (const auto &top : ev.top_logprobs)
+                for (const TokenLogprob &t : top) v.push_back(t.logprob);
+        }
+        return v;
+    };
+    const std::vector<float> want = flat(ref[0]);
+    ASSERT_GE(want.size(), 12u * 6u);
+    for (const auto *got : {&hit, &chunked}) {
+        const std::vector<float> g = flat((*got)[0]);
+        ASSERT_EQ(g.size(), want.size());
+        EXPECT_EQ(0, std::memcmp(g.data(), want.data(), g.size() * sizeof(float)))
+            << (got == &hit ? "after a hit of 192 of 193 tokens" : "with a one-token last chunk");
+    }
+    e->shutdown(true);
+    plain->shutdown(true);
+    cut_e->shutdown(true);
 }
 
 // A pool of 6 pages per lane: finished requests leave their prompts cached

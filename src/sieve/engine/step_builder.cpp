@@ -7,6 +7,7 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     pos_.clear();
     seq_.clear();
     want_.clear();
+    in_prompt_.clear();
     sinks_.clear();
     selectors_.clear();
     bool any_sink = false, any_selector = false;
@@ -23,6 +24,9 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
             pos_.push_back(static_cast<int32_t>(at));
             seq_.push_back(s.slot);
             want_.push_back(p.wants_logits && i == p.n_tokens - 1 ? 1 : 0);
+            // A prompt token is prefilled whatever its chunk's length (a hit
+            // or the token budget may leave it alone in its chunk).
+            in_prompt_.push_back(at < s.n_prompt ? 1 : 0);
             sinks_.push_back(sink);
             selectors_.push_back(sel);
         }
@@ -33,6 +37,7 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     b.seq = seq_.data();
     b.n_tokens = static_cast<int64_t>(tokens_.size());
     b.want_logits = want_.data();
+    b.in_prompt = in_prompt_.data();
     b.score_sinks = any_sink ? sinks_.data() : nullptr;
     b.selectors = any_selector ? selectors_.data() : nullptr;
     return b;

@@ -23,7 +23,7 @@ public:
 
 private:
     std::vector<int32_t> tokens_, pos_, seq_;
-    std::vector<int8_t> want_;
+    std::vector<int8_t> want_, in_prompt_;
     std::vector<AttnScoreSink *> sinks_;  // per token: its sequence's policy score sink, or null
     std::vector<AttnRowSelector *> selectors_;  // per token: its sequence's page selector (decoding), or null
 };

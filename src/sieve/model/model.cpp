@@ -402,7 +402,8 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
     // 1. Append every run's K/V rows at each lane's own row count (rows are
     // not positions: a compacted lane holds fewer rows than positions):
     //   k_ [t, g, :]  ->  k_lane(s, il, g)[n_past[g] + t - begin, :]
-    // and collect the decode runs (one token) for one multi-sequence call.
+    // and collect the decode runs (one generated token; Batch::decode_run) for
+    // one multi-sequence call.
     int64_t r = 0, n_dec = 0;
     for_each_run(b, [&](int64_t begin, int64_t end) {
         const int s = b.seq[begin];
@@ -421,7 +422,7 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             ws.v_ptrs_[i] = kv.v_data(s, il, g);
             ws.n_past_[i] = n_past;
         }
-        if (end - begin == 1) {
+        if (b.decode_run(begin, end)) {
             cpu::AttnArgs a = args_of(r, begin, end);
             if (sink_first(begin, end) < 1) a.lse = ws.lse_.data() + begin * c.n_head;
             if (AttnRowSelector *sel = b.selectors ? b.selectors[begin] : nullptr) {
@@ -445,7 +446,7 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         const int64_t first = sink_first(begin, end);
         cpu::AttnArgs a = args_of(run, begin, end);
         if (first < n) a.lse = ws.lse_.data() + begin * c.n_head;
-        if (n > 1) cpu::attention_prefill(a, pool);
+        if (!b.decode_run(begin, end)) cpu::attention_prefill(a, pool);
         if (first < n) {
             AttnScoreSink *sink = b.score_sinks[begin];
             cpu::AttnScoreArgs sa;

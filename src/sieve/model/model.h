@@ -89,6 +89,16 @@ struct Batch {
     // [n_tokens] the row selector of each token's sequence, or nullptr; used
     // for decode runs (one token of a sequence) only. The array may be nullptr.
     AttnRowSelector *const *selectors = nullptr;
+    // [n_tokens] nonzero for the tokens of a prompt. A run of one prompt
+    // token (the rest of a prompt after a prefix-cache hit, or a chunk the
+    // token budget cut to one) then takes the prefill attention kernel like
+    // the prompt's other tokens, so a prompt token's bits do not depend on how
+    // its prompt was cut into chunks (the prefill and decode kernels sum in
+    // different orders). Null: every one-token run is a decode run.
+    const int8_t *in_prompt = nullptr;
+
+    // Whether the run [begin, end) of one sequence is a decode run.
+    bool decode_run(int64_t begin, int64_t end) const { return end - begin == 1 && !(in_prompt && in_prompt[begin]); }
 };
 
 // Called with each named intermediate when set on a Workspace (debugging
