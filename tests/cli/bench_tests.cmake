@@ -93,7 +93,8 @@ sieve_bench_test(bad_kv_page 1 "" "KV page size 3072 bytes: expected a power of 
 sieve_bench_test(cache_type_f32 0 "\"type_k\": \"f32\", \"type_v\": \"f32\"" "" ${bench_small} -d 40 -ctk f32 -ctv f32 -o jsonl)
 sieve_bench_test(cache_type_bf16 0 "\"type_k\": \"bf16\", \"type_v\": \"bf16\"" "" ${bench_small} -d 40 --cache-type-k bf16 -o jsonl)
 sieve_bench_test(cache_type_mixed 2 "" "--cache-type-k f16 and --cache-type-v f32 differ" ${bench_small} -ctk f16 -ctv f32)
-sieve_bench_test(cache_type_bad 2 "" "--cache-type-k: expected f16, bf16 or f32, got 'q8_0'" ${bench_small} -ctk q8_0)
+sieve_bench_test(cache_type_bad 2 "" "--cache-type-k: expected f16, bf16, f32, q8_0 or q4_0, got 'q5_1'" ${bench_small} -ctk q5_1)
+sieve_bench_test(cache_type_quant_head_dim 1 "" "KV rows of type q8_0 need head_dim to be a multiple of 32; this model's head_dim is 8" ${bench_small} -ctk q8_0)
 
 # Page selection: the decode reads a subset (reported on stderr and in jsonl),
 # the depth fill is not compressed.

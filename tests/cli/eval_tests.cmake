@@ -46,6 +46,6 @@ sieve_eval_test(bad_ctx 2 "" "--ctx: expected an integer" ${eval_small} --ctx 51
 sieve_eval_test(bad_samples 2 "" "--samples: expected an integer in \\[1, " ${eval_small} --samples 0)
 sieve_eval_test(bad_depths 2 "" "--depths: expected fractions in \\[0, 1\\], got '1.5'" ${eval_small} --depths 0.5,1.5)
 sieve_eval_test(bad_format 2 "" "-o: expected md, json or jsonl, got 'csv'" ${eval_small} -o csv)
-sieve_eval_test(bad_ref_type 2 "" "--ref-cache-type: expected f16, bf16 or f32, got 'q8'" ${eval_small} --ref-cache-type q8)
+sieve_eval_test(bad_ref_type 2 "" "--ref-cache-type: expected f16, bf16, f32, q8_0 or q4_0, got 'q8'" ${eval_small} --ref-cache-type q8)
 sieve_eval_test(unknown_flag 2 "" "unknown option '--bogus'" ${eval_small} --bogus)
 sieve_eval_test(missing_model 1 "" "cannot open 'no-such-file\\.gguf'" -m no-such-file.gguf --samples 1)
