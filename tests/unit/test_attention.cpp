@@ -45,6 +45,7 @@ struct AttnCase {
     std::vector<const void *> k_ptr, v_ptr;
     cpu::RowType kv_type = cpu::RowType::f32;
     std::vector<std::vector<uint8_t>> k16, v16;  // narrowed copies (use_rows)
+    const cpu::AttnLambda *lambda = nullptr;     // optional Λ mask (prefill)
 
     AttnCase(std::mt19937 &rng, int64_t nh, int64_t nh_kv, int64_t d, int64_t nq, int64_t pos0, int64_t nkv,
              int64_t misalign = 0)
@@ -98,6 +99,7 @@ struct AttnCase {
         a.n_head_kv = n_head_kv;
         a.head_dim = head_dim;
         a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        a.lambda = lambda;
         return a;
     }
 };
@@ -549,5 +551,113 @@ TEST(Attention, DecodeMultiManyThreads) {
             }
             check_multi(cases, with_lse, pool, /*vs_ref=*/rep == 0);
         }
+    }
+}
+
+namespace {
+
+// A Λ mask over some of a case's KV heads, and K rows no query of a
+// streaming head sees (past the sink, before the first query's window)
+// poisoned with keys 8x larger: one of them read unmasked would dominate its
+// row's softmax and move the output far past the tolerance.
+struct LambdaCase {
+    std::vector<uint8_t> heads;
+    cpu::AttnLambda lambda;
+    LambdaCase(AttnCase &c, std::mt19937 &rng, int64_t sink, int64_t recent, bool all_streaming = false) {
+        for (int64_t g = 0; g < c.n_head_kv; ++g) heads.push_back(all_streaming || rng() % 3 != 0 ? 1 : 0);
+        lambda.heads = heads.data();
+        lambda.sink = sink;
+        lambda.recent = recent;
+        for (int64_t g = 0; g < c.n_head_kv; ++g) {
+            if (!heads[static_cast<size_t>(g)]) continue;
+            const int64_t hidden_end = c.past[static_cast<size_t>(g)] - recent + 1;  // the first query's window start
+            for (int64_t j = sink; j < hidden_end; ++j)
+                for (int64_t e = 0; e < c.head_dim; ++e) c.k[static_cast<size_t>(g)].p[j * c.head_dim + e] *= 8.0f;
+        }
+        c.lambda = &lambda;
+    }
+};
+
+}  // namespace
+
+// Streaming heads' Λ-shaped prefill (sink + a window up to each query) against
+// the scalar reference with the same mask: windows shorter than a tile,
+// crossing tiles and chunks, sinks of 0 / odd sizes / past the window, deep
+// prefixes (the few-rows path), uneven lanes, GQA groups, half and quantized
+// rows, and heads of one call mixing streaming and dense.
+TEST(Attention, LambdaPrefillMatchesReference) {
+    std::mt19937 rng(61);
+    ThreadPool pool(2);
+    struct Shape {
+        int64_t nh, nkv, d, nq, past, sink, recent;
+    };
+    const Shape shapes[] = {
+        {4, 2, 64, 97, 0, 4, 16},      {14, 2, 64, 300, 0, 64, 256}, {9, 3, 36, 61, 700, 5, 1},
+        {8, 2, 64, 130, 2100, 0, 100}, {8, 2, 32, 3, 3000, 64, 256}, {1, 1, 64, 1, 5000, 16, 70},
+        {14, 2, 128, 40, 1500, 300, 64}, {4, 4, 64, 200, 1100, 1, 1030},
+    };
+    for (const Shape &sh : shapes) {
+        AttnCase c(rng, sh.nh, sh.nkv, sh.d, sh.nq, sh.past, sh.past + sh.nq + 3);
+        LambdaCase lc(c, rng, sh.sink, sh.recent);
+        check(c, Kernel::prefill, pool);
+    }
+    // Uneven lanes (a compacted layer) and every row type.
+    for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0, cpu::RowType::q4_0}) {
+        AttnCase c(rng, 14, 2, 64, 77, std::vector<int64_t>{1300, 410}, 1400);
+        LambdaCase lc(c, rng, 32, 128, /*all_streaming=*/true);
+        c.use_rows(t);
+        check(c, Kernel::prefill, pool);
+    }
+}
+
+// A window covering every row is dense attention, bit for bit; and the Λ
+// prefill keeps the dense kernel's guarantee that a query's bits do not
+// depend on how its prompt is cut into calls or on the thread count.
+TEST(Attention, LambdaPrefillBitsAreDenseForAWideWindowAndIndependentOfTheCut) {
+    std::mt19937 rng(62);
+    ThreadPool pool2(2);
+    {
+        AttnCase c(rng, 14, 2, 64, 150, 900, 1050);
+        const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim), n_l = static_cast<size_t>(c.n_head * c.n_q);
+        std::vector<float> o_dense(n_o, NAN), l_dense(n_l, NAN), o(n_o, NAN), l(n_l, NAN);
+        cpu::attention_prefill(c.args(o_dense.data(), l_dense.data()), pool2);
+        const uint8_t all[2] = {1, 1};
+        for (auto [sink, recent] : {std::pair<int64_t, int64_t>{0, 1050}, {16, 1040}, {1050, 1}}) {
+            cpu::AttnLambda lam{all, sink, recent};
+            c.lambda = &lam;
+            cpu::attention_prefill(c.args(o.data(), l.data()), pool2);
+            EXPECT_EQ(0, std::memcmp(o.data(), o_dense.data(), n_o * sizeof(float))) << sink << "+" << recent;
+            EXPECT_EQ(0, std::memcmp(l.data(), l_dense.data(), n_l * sizeof(float))) << sink << "+" << recent;
+        }
+    }
+    for (int64_t pos0 : {0, 700, 2100}) {
+        const int64_t n_q = 61;
+        AttnCase c(rng, 9, 3, 64, n_q, pos0, pos0 + n_q);
+        LambdaCase lc(c, rng, 8, 90);
+        const size_t per_q = static_cast<size_t>(c.n_head * c.head_dim);
+        std::vector<float> o_all(per_q * n_q, NAN), l_all(static_cast<size_t>(c.n_head * n_q), NAN);
+        cpu::attention_prefill(c.args(o_all.data(), l_all.data()), pool2);
+        for (int n_threads : {1, 3}) {
+            ThreadPool pool(n_threads);
+            std::vector<float> o(per_q * n_q, NAN), l(static_cast<size_t>(c.n_head * n_q), NAN);
+            for (int64_t q0 = 0; q0 < n_q;) {
+                const int64_t n = std::min<int64_t>(n_q - q0, 1 + static_cast<int64_t>(rng() % 23));
+                std::vector<float> lp(static_cast<size_t>(c.n_head * n), NAN);
+                cpu::AttnArgs a = c.args(o.data() + q0 * per_q, lp.data());
+                a.q = c.q.data() + q0 * per_q;
+                a.n_q = n;
+                a.n_past = pos0 + q0;
+                a.n_past_kv = nullptr;
+                cpu::attention_prefill(a, pool);
+                for (int64_t h = 0; h < c.n_head; ++h)
+                    for (int64_t i = 0; i < n; ++i)
+                        l[static_cast<size_t>(h * n_q + q0 + i)] = lp[static_cast<size_t>(h * n + i)];
+                q0 += n;
+            }
+            const std::string what = "past " + std::to_string(pos0) + ", " + std::to_string(n_threads) + " threads";
+            EXPECT_EQ(0, std::memcmp(o.data(), o_all.data(), o.size() * sizeof(float))) << what;
+            EXPECT_EQ(0, std::memcmp(l.data(), l_all.data(), l.size() * sizeof(float))) << what;
+        }
+        check(c, Kernel::prefill, pool2);
     }
 }

@@ -459,19 +459,19 @@ TEST(KvPrefixCache, AttachMapsTheSameRowsAndCopiesOnTheFirstWrite) {
     ASSERT_TRUE(kv);
     const std::vector<int32_t> a = tokens_from(1, 200);
     ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, a));
-    kv->prefix_publish(0, a.data(), 200, /*whole_pages_only=*/true);
+    kv->prefix_publish(0, a.data(), 200, /*whole_pages_only=*/true, 0);
     EXPECT_EQ(kv->prefix_stats().n_blocks, 8) << "only the first page (128 rows) is whole";
-    kv->prefix_publish(0, a.data(), 200, false);
+    kv->prefix_publish(0, a.data(), 200, false, 0);
     EXPECT_EQ(kv->prefix_stats().n_blocks, 12);
     std::vector<int32_t> b = a;
     b.resize(230);
     for (size_t i = 200; i < b.size(); ++i) b[i] = 5000 + static_cast<int32_t>(i);
-    const PrefixHit hit = kv->prefix_lookup(b.data(), 230, 229);
+    const PrefixHit hit = kv->prefix_lookup(b.data(), 230, 229, 0);
     EXPECT_EQ(hit.rows, 192);
     EXPECT_EQ(hit.pages_taken, 0) << "slot 0 still maps both pages";
     EXPECT_EQ(hit.pages_new, 2 * (2 - 1)) << "the page rows 128..191 sit in is copied on write";
     const int64_t free0 = kv->n_free_pages();
-    ASSERT_TRUE(kv->prefix_attach(1, b.data(), 192).ok());
+    ASSERT_TRUE(kv->prefix_attach(1, b.data(), 192, 0).ok());
     EXPECT_EQ(kv->n_free_pages(), free0);
     EXPECT_EQ(kv->n_pos(1), 192);
     EXPECT_EQ(std::memcmp(kv->k_lane(1, 0, 0), kv->k_lane(0, 0, 0), 192 * 32), 0);
@@ -485,7 +485,42 @@ TEST(KvPrefixCache, AttachMapsTheSameRowsAndCopiesOnTheFirstWrite) {
     // A different first block shares nothing, whatever follows.
     std::vector<int32_t> c = a;
     c[3] = 999999;
-    EXPECT_EQ(kv->prefix_lookup(c.data(), 200, 199).rows, 0);
+    EXPECT_EQ(kv->prefix_lookup(c.data(), 200, 199, 0).rows, 0);
+}
+
+// KV published in one namespace (a prefill with a mask) is found only in
+// that namespace: the same tokens in the dense namespace or in another miss,
+// and a chain attached in a namespace goes on being published in it.
+TEST(KvPrefixCache, NamespacesKeepKvOfDifferentPrefillsApart) {
+    auto kv = prefix_store(16);
+    ASSERT_TRUE(kv);
+    const uint64_t ns = 0x9e3779b97f4a7c15ull, other = 12345;
+    const std::vector<int32_t> a = tokens_from(1, 200);
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, a));
+    kv->prefix_publish(0, a.data(), 128, false, ns);
+    EXPECT_EQ(kv->prefix_stats().n_blocks, 8);
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 200, 199, 0).rows, 0) << "dense namespace";
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 200, 199, other).rows, 0) << "another namespace";
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 200, 199, ns).rows, 128);
+    // Publishing goes on from block 8 in the slot's namespace.
+    kv->prefix_publish(0, a.data(), 192, false, ns);
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 200, 199, ns).rows, 192);
+    // The same tokens published densely by another slot: a second chain.
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 1, a));
+    kv->prefix_publish(1, a.data(), 64, false, 0);
+    EXPECT_EQ(kv->prefix_stats().n_blocks, 12 + 4);
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 200, 199, 0).rows, 64);
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 200, 199, ns).rows, 192);
+    kv->release(1);
+    // Attached in ns, a slot publishes its next blocks in ns.
+    std::vector<int32_t> b(a.begin(), a.begin() + 64);
+    for (int i = 0; i < 100; ++i) b.push_back(4000 + i);
+    ASSERT_TRUE(kv->prefix_attach(2, b.data(), 64, ns).ok());
+    ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 2, b));
+    kv->prefix_publish(2, b.data(), 128, false, ns);
+    EXPECT_EQ(kv->prefix_lookup(b.data(), 164, 163, ns).rows, 128);
+    EXPECT_EQ(kv->prefix_lookup(b.data(), 164, 163, 0).rows, 64) << "the dense chain of slot 1's a[0, 64)";
+    EXPECT_TRUE(kv->check_accounting().ok());
 }
 
 // Pages only the cache holds count free; when the pool runs dry they are
@@ -495,26 +530,26 @@ TEST(KvPrefixCache, CachedPagesAreFreeAndEvictedLeastRecentlyUsedFirst) {
     ASSERT_TRUE(kv);
     const std::vector<int32_t> a = tokens_from(1, 256), b = tokens_from(2000, 128);
     ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, a));  // 2 pages a lane
-    kv->prefix_publish(0, a.data(), 256, false);
+    kv->prefix_publish(0, a.data(), 256, false, 0);
     kv->release(0);
     ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 1, b));  // 1 page a lane
-    kv->prefix_publish(1, b.data(), 128, false);
+    kv->prefix_publish(1, b.data(), 128, false, 0);
     kv->release(1);
     EXPECT_EQ(kv->pool().n_free(), 2);
     EXPECT_EQ(kv->n_free_pages(), 8) << "cached pages count as free";
     EXPECT_EQ(kv->prefix_stats().n_pages_only, 6);
     // Touch a's first block only: b is now the least recently used chain
     // except for a's tail blocks, which are older than a's head.
-    EXPECT_EQ(kv->prefix_lookup(a.data(), 256, 16).rows, 16);
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 256, 16, 0).rows, 16);
     std::vector<int32_t> head(a.begin(), a.begin() + 17);
-    ASSERT_TRUE(kv->prefix_attach(2, head.data(), 16).ok());
+    ASSERT_TRUE(kv->prefix_attach(2, head.data(), 16, 0).ok());
     kv->release(2);
     // 4 new pages (2 rows' pages a lane): the 2 free ones, then the oldest
     // cached page a lane: a's second page (its tail), not a's head, not b.
     const std::vector<int32_t> d = tokens_from(7000, 200);
     ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, d));
-    EXPECT_EQ(kv->prefix_lookup(a.data(), 256, 255).rows, 128) << "a keeps its head page";
-    EXPECT_EQ(kv->prefix_lookup(b.data(), 128, 128).rows, 128) << "b untouched";
+    EXPECT_EQ(kv->prefix_lookup(a.data(), 256, 255, 0).rows, 128) << "a keeps its head page";
+    EXPECT_EQ(kv->prefix_lookup(b.data(), 128, 128, 0).rows, 128) << "b untouched";
     EXPECT_GT(kv->prefix_stats().n_blocks_evicted, 0);
     EXPECT_TRUE(kv->check_accounting().ok());
     kv->release(0);
@@ -530,18 +565,18 @@ TEST(KvPrefixCache, RollbackAndRewriteRepublishUnderTheNewTokens) {
     ASSERT_TRUE(kv);
     const std::vector<int32_t> a = tokens_from(1, 64);
     ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, a));
-    kv->prefix_publish(0, a.data(), 64, false);
+    kv->prefix_publish(0, a.data(), 64, false, 0);
     kv->set_n_pos(0, 20);
     std::vector<int32_t> b(a.begin(), a.begin() + 20);
     for (int i = 0; i < 44; ++i) b.push_back(3000 + i);
     ASSERT_NO_FATAL_FAILURE(fill_from_tokens(*kv, 0, b));
-    kv->prefix_publish(0, b.data(), 64, false);
+    kv->prefix_publish(0, b.data(), 64, false, 0);
     // b's block 0 is a's (one page); its blocks 1..3 are on the slot's copy of
     // that page: the attach gathers them into a fresh page.
-    EXPECT_EQ(kv->prefix_lookup(b.data(), 64, 64).pages_copied, 2);
+    EXPECT_EQ(kv->prefix_lookup(b.data(), 64, 64, 0).pages_copied, 2);
     for (const std::vector<int32_t> *t : std::vector<const std::vector<int32_t> *>{&a, &b}) {
-        ASSERT_TRUE(kv->prefix_lookup(t->data(), 64, 64).rows == 64);
-        ASSERT_TRUE(kv->prefix_attach(1, t->data(), 64).ok());
+        ASSERT_TRUE(kv->prefix_lookup(t->data(), 64, 64, 0).rows == 64);
+        ASSERT_TRUE(kv->prefix_attach(1, t->data(), 64, 0).ok());
         for (int64_t i = 0; i < 64; ++i)
             ASSERT_EQ(kv->k_lane(1, 0, 0)[i * 8], static_cast<float>((*t)[static_cast<size_t>(i)]) + 0.5f) << i;
         kv->release(1);

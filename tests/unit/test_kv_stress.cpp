@@ -225,7 +225,7 @@ public:
     // Offers slot s to the prefix cache.
     void publish(int s) {
         const std::vector<int32_t> &t = sh_.tokens[static_cast<size_t>(s)];
-        kv_->prefix_publish(s, t.data(), static_cast<int64_t>(t.size()), uniform(0, 1) == 0);
+        kv_->prefix_publish(s, t.data(), static_cast<int64_t>(t.size()), uniform(0, 1) == 0, 0);
     }
 
     // Releases slot s and starts it again on a document prefix (or another
@@ -243,9 +243,9 @@ public:
         }
         const int64_t n = static_cast<int64_t>(toks.size());
         const int64_t free0 = kv_->n_free_pages();
-        const PrefixHit hit = kv_->prefix_lookup(toks.data(), n, uniform(0, n));
+        const PrefixHit hit = kv_->prefix_lookup(toks.data(), n, uniform(0, n), 0);
         if (hit.rows == 0) return;
-        ASSERT_TRUE(kv_->prefix_attach(s, toks.data(), hit.rows).ok());
+        ASSERT_TRUE(kv_->prefix_attach(s, toks.data(), hit.rows, 0).ok());
         ++n_attached_;
         ASSERT_EQ(kv_->n_free_pages(), free0 - hit.pages_taken - hit.pages_copied);
         n_gathered_ += hit.pages_copied;

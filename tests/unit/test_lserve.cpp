@@ -241,5 +241,91 @@ TEST_F(LServeTest, NoStreamingHeadsAndABudgetOverTheSequenceIsDense) {
     std::remove(path.c_str());
 }
 
+// The Λ-shaped prefill: streaming heads see sink + recent rows in prefill,
+// which changes the prompt's KV in every later layer. So (1) with a window
+// covering the prompt it gives the bits of a dense prefill; (2) with a short
+// one it changes the first token's logits; (3) its KV lives in its own
+// prefix-cache namespace: a lambda request after a dense one with the same
+// prompt (and a dense one after a lambda one) gets the bits it gets alone on
+// a fresh engine, while a second lambda request does hit the cache.
+TEST_F(LServeTest, LambdaPrefillChangesTheKvAndKeepsItApartInThePrefixCache) {
+    Result<HeadProfile> prof = calibrate_heads(*model_, *tok_, nullptr, cal_options(), pool_);
+    ASSERT_TRUE(prof.ok());
+    const std::string path = temp_path("prof_lambda.json");
+    write_file(path, head_profile_json(*prof));
+    const std::string base = "lserve:static=0.5,budget=512,page=16,profile=" + path;
+    const KvPolicyPtr lam = policy(base + ",sink=8,recent=40");
+    const KvPolicyPtr lam_dense = policy(base + ",sink=8,recent=40,prefill=dense");
+    const KvPolicyPtr wide = policy(base + ",sink=8,recent=480");
+    const KvPolicyPtr wide_dense = policy(base + ",sink=8,recent=480,prefill=dense");
+    ASSERT_TRUE(lam && lam_dense && wide && wide_dense);
+    EXPECT_NE(lam->prefill_mask(), nullptr);
+    EXPECT_EQ(lam_dense->prefill_mask(), nullptr);
+    EXPECT_NE(lam->prefix_namespace(), 0u);
+    EXPECT_EQ(lam_dense->prefix_namespace(), 0u);
+    EXPECT_NE(lam->prefix_namespace(), wide->prefix_namespace());
+    EXPECT_EQ(lam->prefix_namespace(), policy(base + ",sink=8,recent=40,interval=2")->prefix_namespace())
+        << "the namespace names the mask, not the decode-time keys";
+
+    EngineOptions o;
+    o.max_seqs = 4;  // room for both cached chains beside a running request
+    o.max_ctx = 512;
+    o.max_batch_tokens = 64;
+    const ModelConfig &c = model_->config();
+    const std::vector<int32_t> prompt = random_prompt_ids(300, 11, static_cast<int32_t>(c.n_vocab), tok_->bos_id());
+    // Logits of every step of one greedy request of policy p on engine e.
+    const auto run = [&](Engine &e, const KvPolicyPtr &p, int64_t *cached = nullptr) {
+        std::vector<std::vector<float>> logs;
+        GenRequest r = greedy_request(prompt, 6);
+        r.kv_policy = p;
+        r.on_logits = [&logs](const float *l, int64_t nv) { logs.emplace_back(l, l + nv); };
+        Collector col;
+        Result<uint64_t> id = e.submit(r, col.callback());
+        EXPECT_TRUE(id.ok()) << id.status().message();
+        if (!id.ok() || !col.wait(1) || col.events(*id).empty()) return std::vector<std::vector<float>>();
+        const GenEvent fin = col.events(*id).back();
+        EXPECT_EQ(fin.finish_reason, FinishReason::length) << fin.error;
+        if (cached) *cached = fin.n_cached_tokens;
+        return logs;
+    };
+    const auto same = [](const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b) {
+        if (a.size() != b.size() || a.empty()) return false;
+        for (size_t t = 0; t < a.size(); ++t)
+            if (std::memcmp(a[t].data(), b[t].data(), a[t].size() * sizeof(float)) != 0) return false;
+        return true;
+    };
+    EngineOptions off = o;
+    off.prefix_cache = false;
+    std::vector<std::vector<float>> alone_lam, alone_dense, alone_wide, alone_wide_dense;
+    {
+        auto e = engine(off);
+        alone_lam = run(*e, lam);
+        alone_dense = run(*e, lam_dense);
+        alone_wide = run(*e, wide);
+        alone_wide_dense = run(*e, wide_dense);
+        e->shutdown(true);
+    }
+    EXPECT_TRUE(same(alone_wide, alone_wide_dense)) << "a window over the whole prompt is a dense prefill";
+    ASSERT_FALSE(alone_lam.empty());
+    EXPECT_NE(0, std::memcmp(alone_lam[0].data(), alone_dense[0].data(), alone_lam[0].size() * sizeof(float)))
+        << "a short window changes the first token's distribution";
+
+    auto e = engine(o);
+    int64_t cached = -1;
+    EXPECT_TRUE(same(run(*e, lam_dense, &cached), alone_dense));
+    EXPECT_EQ(cached, 0);
+    EXPECT_TRUE(same(run(*e, lam, &cached), alone_lam)) << "the dense KV of the same prompt is not mapped";
+    EXPECT_EQ(cached, 0);
+    EXPECT_TRUE(same(run(*e, lam, &cached), alone_lam)) << "its own namespace hits";
+    EXPECT_EQ(cached, 288);
+    EXPECT_TRUE(same(run(*e, lam_dense, &cached), alone_dense));
+    EXPECT_EQ(cached, 288) << "the dense chain is still there";
+    EXPECT_TRUE(same(run(*e, wide, &cached), alone_wide));
+    EXPECT_EQ(cached, 0) << "another mask, another namespace";
+    e->shutdown(true);
+    EXPECT_EQ(e->stats().kv_pages_used, 0);
+    std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace sieve

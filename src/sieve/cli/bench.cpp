@@ -300,6 +300,12 @@ public:
                 sinks_[k] = st && st->scoring ? &slots_[static_cast<size_t>(s)].state->sink : nullptr;
             }
             Batch b{tokens_.data(), pos_.data(), seq_.data(), m, nullptr, sinks_.data()};
+            // A policy's prefill mask (LServe's streaming heads) for the
+            // prompt runs: the depth's fill and the timed prompt.
+            if (const PrefillMask *pm = policy_ ? policy_->prefill_mask() : nullptr) {
+                masks_.assign(static_cast<size_t>(m), pm);
+                b.prefill_masks = masks_.data();
+            }
             // Page selection reads a subset in the timed decode steps only.
             if (selecting_) {
                 sels_.resize(static_cast<size_t>(m));
@@ -432,6 +438,7 @@ private:
     std::vector<int64_t> base_;  // append(): each slot's n_pos before the call
     std::vector<AttnScoreSink *> sinks_;
     std::vector<AttnRowSelector *> sels_;
+    std::vector<const PrefillMask *> masks_;
     bool selecting_ = false;
     QuestStats sel_;
     KvPolicyPtr policy_;

@@ -176,6 +176,10 @@ private:
         b.score_sinks = sinks_.data();
         AttnRowSelector *sel = decode && state_ ? state_->selector.get() : nullptr;
         if (sel) b.selectors = &sel;
+        if (const PrefillMask *pm = !decode && policy_ ? policy_->prefill_mask() : nullptr) {
+            masks_.assign(static_cast<size_t>(n), pm);
+            b.prefill_masks = masks_.data();
+        }
         return model_.forward(b, kv_, ws_, pool_);
     }
 
@@ -188,6 +192,7 @@ private:
     int64_t n_ctx_;
     std::vector<int32_t> pos_, seq_;  // [max_tokens] batch scratch
     std::vector<AttnScoreSink *> sinks_;
+    std::vector<const PrefillMask *> masks_;
     RunStats stats_;
     KvPolicyPtr policy_;                   // null: dense
     std::unique_ptr<KvPolicyState> state_;  // its score sink

@@ -6,6 +6,12 @@
 
 namespace sieve {
 
+namespace {
+// The prefix-cache namespace of a sequence's prompt KV (its policy's prefill).
+uint64_t prefix_namespace(const Sequence &s) { return s.policy ? s.policy->prefix_namespace() : 0; }
+}  // namespace
+
+
 Scheduler::Scheduler(KvSpace &kv, int max_seqs, int64_t max_batch_tokens, int64_t swap_limit)
     : kv_(kv), max_batch_tokens_(max_batch_tokens), swap_limit_(swap_limit) {
     // Lowest slot first (popped from the back).
@@ -64,7 +70,7 @@ void Scheduler::admit() {
             s.prefill_begun = false;
             if (kv_.prefix_stats().enabled) prefix_query_tokens_ += s.n_total();
             if (hit.rows > 0) {
-                Status st = kv_.prefix_attach(s.slot, s.tokens.data(), hit.rows);
+                Status st = kv_.prefix_attach(s.slot, s.tokens.data(), hit.rows, prefix_namespace(s));
                 if (st.ok()) {
                     s.n_computed = hit.rows;
                     prefix_hit_tokens_ += hit.rows;
@@ -85,7 +91,7 @@ int64_t Scheduler::lookup_prefix(Sequence &s, PrefixHit *hit) {
     // a policy that scores queries keeps those queries out of the hit.
     int64_t n_max = s.n_total() - 1;
     if (s.policy) n_max = std::min(n_max, s.policy->reusable_prefix(s.n_total()));
-    *hit = kv_.prefix_lookup(s.tokens.data(), s.n_total(), n_max);
+    *hit = kv_.prefix_lookup(s.tokens.data(), s.n_total(), n_max, prefix_namespace(s));
     return hit->pages_new + hit->pages_taken;
 }
 
@@ -96,7 +102,8 @@ int64_t Scheduler::lookup_prefix(Sequence &s, PrefixHit *hit) {
 // change its output against a run without the cache.
 void Scheduler::publish(const Sequence &s, bool whole_pages_only) {
     if (s.slot >= 0)
-        kv_.prefix_publish(s.slot, s.tokens.data(), std::min(s.n_computed, s.n_prompt), whole_pages_only);
+        kv_.prefix_publish(s.slot, s.tokens.data(), std::min(s.n_computed, s.n_prompt), whole_pages_only,
+                           prefix_namespace(s));
 }
 
 void Scheduler::preempt_newest(std::vector<ScheduledSeq> *plan, int64_t *budget) {

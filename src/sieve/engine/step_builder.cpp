@@ -10,7 +10,8 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     in_prompt_.clear();
     sinks_.clear();
     selectors_.clear();
-    bool any_sink = false, any_selector = false;
+    masks_.clear();
+    bool any_sink = false, any_selector = false, any_mask = false;
     for (const ScheduledSeq &p : plan) {
         Sequence &s = *p.seq;
         AttnScoreSink *sink = s.pstate && s.pstate->scoring ? &s.pstate->sink : nullptr;
@@ -18,6 +19,9 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
         // Page selection is for decode queries: past the policy's after-prefill point.
         AttnRowSelector *sel = s.pstate && s.policy_applied ? s.pstate->selector.get() : nullptr;
         any_selector = any_selector || sel;
+        // A prefill mask is for the prefill (before the policy's first act).
+        const PrefillMask *mask = s.policy && !s.policy_applied ? s.policy->prefill_mask() : nullptr;
+        any_mask = any_mask || mask;
         for (int64_t i = 0; i < p.n_tokens; ++i) {
             const int64_t at = s.n_computed + i;
             tokens_.push_back(s.tokens[static_cast<size_t>(at)]);
@@ -29,6 +33,7 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
             in_prompt_.push_back(at < s.n_prompt ? 1 : 0);
             sinks_.push_back(sink);
             selectors_.push_back(sel);
+            masks_.push_back(mask);
         }
     }
     Batch b;
@@ -40,6 +45,7 @@ Batch StepBuilder::build(const std::vector<ScheduledSeq> &plan) {
     b.in_prompt = in_prompt_.data();
     b.score_sinks = any_sink ? sinks_.data() : nullptr;
     b.selectors = any_selector ? selectors_.data() : nullptr;
+    b.prefill_masks = any_mask ? masks_.data() : nullptr;
     return b;
 }
 

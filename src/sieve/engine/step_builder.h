@@ -26,6 +26,7 @@ private:
     std::vector<int8_t> want_, in_prompt_;
     std::vector<AttnScoreSink *> sinks_;  // per token: its sequence's policy score sink, or null
     std::vector<AttnRowSelector *> selectors_;  // per token: its sequence's page selector (decoding), or null
+    std::vector<const PrefillMask *> masks_;     // per token: its sequence's prefill mask (prefilling), or null
 };
 
 }  // namespace sieve

@@ -71,19 +71,24 @@ public:
     virtual int64_t max_ctx() const = 0;
 
     // ---- prefix cache (kv/prefix_cache.h); inert when the store has none ----
+    // ns, the namespace: KV made the same way (0: a dense prefill; a policy
+    // whose prefill masks attention names its own, KvPolicy::prefix_namespace)
+    // is found only under the namespace it was published in.
+    //
     // The longest cached prefix of tokens[0, n_tokens) no longer than n_max
     // rows, and what a sequence of n_tokens rows placed with it costs.
-    virtual PrefixHit prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) = 0;
+    virtual PrefixHit prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max, uint64_t ns) = 0;
     // Maps the cached KV of tokens[0, n_rows) (a prefix_lookup() answer) into
     // the empty slot seq: n_pos(seq) = n_rows. A page whose blocks come from
     // several cached pages is gathered into a fresh one; the first write past
     // the hit copies the page it lands in (copy on write). On an error the
     // slot is released.
-    virtual Status prefix_attach(int seq, const int32_t *tokens, int64_t n_rows) = 0;
+    virtual Status prefix_attach(int seq, const int32_t *tokens, int64_t n_rows, uint64_t ns) = 0;
     // Offers the KV of slot seq for tokens[0, n_rows) to the cache, when every
     // lane of the slot is dense (never compacted): whole blocks only, and with
     // whole_pages_only only blocks in pages the slot will not write again.
-    virtual void prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only) = 0;
+    virtual void prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only,
+                                uint64_t ns) = 0;
     virtual PrefixCacheStats prefix_stats() const = 0;
 
     // ---- swap (preemption without recompute) ----

@@ -37,6 +37,12 @@ uint64_t PrefixCache::chain_hash(uint64_t parent, const int32_t *tokens, int64_t
     return h;
 }
 
+uint64_t PrefixCache::chain_seed(uint64_t ns) {
+    if (ns == 0) return k_seed;
+    const int32_t w[2] = {static_cast<int32_t>(ns & 0xffffffffu), static_cast<int32_t>(ns >> 32)};
+    return chain_hash(k_seed ^ 0x6e616d6573706163ull, w, 2);
+}
+
 void PrefixCache::touch(uint64_t h, Entry &e, uint64_t now) {
     lru_.erase(LruKey{e.last_use, -e.depth, h});
     e.last_use = now;
@@ -55,9 +61,10 @@ const int32_t *PrefixCache::find(uint64_t parent, uint64_t h, const int32_t *tok
 }
 
 int64_t PrefixCache::match(const int32_t *tokens, int64_t n_blocks, std::vector<const int32_t *> *pages,
-                           bool touch_them) {
+                           bool touch_them, uint64_t ns) {
     if (pages) pages->clear();
-    uint64_t parent = k_seed;
+    const uint64_t seed = chain_seed(ns);
+    uint64_t parent = seed;
     int64_t k = 0;
     for (; k < n_blocks; ++k) {
         const int32_t *t = tokens + k * block_rows_;
@@ -71,7 +78,7 @@ int64_t PrefixCache::match(const int32_t *tokens, int64_t n_blocks, std::vector<
         // One use time for the chain: among its blocks the tail is evicted
         // first, so what stays is still a whole prefix.
         const uint64_t now = tick();
-        parent = k_seed;
+        parent = seed;
         for (int64_t j = 0; j < k; ++j) {
             parent = chain_hash(parent, tokens + j * block_rows_, block_rows_);
             touch(parent, entries_.at(parent), now);

@@ -6,10 +6,10 @@
 // A block is `block_rows` consecutive token positions. Block k of a token
 // sequence is named by a hash chain over token ids,
 //
-//   h(-1) = seed,   h(k) = H(h(k-1), tokens[k*B .. (k+1)*B))
+//   h(-1) = seed(ns),   h(k) = H(h(k-1), tokens[k*B .. (k+1)*B))
 //
 // so one hash names the whole prefix up to the block's end, not just the
-// block. The entry stores its parent hash and its tokens and a lookup checks
+// block; ns keeps KV made by different prefills apart (0: dense). The entry stores its parent hash and its tokens and a lookup checks
 // both, so a 64-bit collision costs a miss, never a wrong KV.
 //
 // An entry holds, for every lane of a slot (layer, KV head, K|V), the pool
@@ -52,6 +52,8 @@ public:
     PrefixCache &operator=(const PrefixCache &) = delete;
 
     static constexpr uint64_t k_seed = 0x5eed5eed5eed5eedull;
+    // h(-1) of namespace ns (KvSpace::prefix_lookup): k_seed for 0.
+    static uint64_t chain_seed(uint64_t ns);
     // h(k) from h(k-1) and the block's tokens.
     static uint64_t chain_hash(uint64_t parent, const int32_t *tokens, int64_t n);
 
@@ -60,11 +62,12 @@ public:
     int64_t n_blocks() const { return static_cast<int64_t>(entries_.size()); }
     int64_t n_pages_held() const { return static_cast<int64_t>(page_uses_.size()); }
 
-    // The cached blocks that start tokens[0, n_blocks * block_rows): their
-    // pages, lane-major per block (block k, lane i, page p at
-    // out[k][i * pages_per_block + p]). Returns how many match (stops at the
-    // first miss). touch = mark them used now (LRU).
-    int64_t match(const int32_t *tokens, int64_t n_blocks, std::vector<const int32_t *> *pages, bool touch);
+    // The cached blocks of namespace ns that start tokens[0, n_blocks *
+    // block_rows): their pages, lane-major per block (block k, lane i, page p
+    // at out[k][i * pages_per_block + p]). Returns how many match (stops at
+    // the first miss). touch = mark them used now (LRU).
+    int64_t match(const int32_t *tokens, int64_t n_blocks, std::vector<const int32_t *> *pages, bool touch,
+                  uint64_t ns);
 
     // A new use time. Blocks used together share one, so among them the
     // deepest is evicted first (the LRU order is (time, -depth)).

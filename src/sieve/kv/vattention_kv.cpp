@@ -760,14 +760,15 @@ int32_t VAttentionKv::prefix_page_source(const std::vector<const int32_t *> &cha
     return lead;
 }
 
-PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) {
+PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max, uint64_t ns) {
     PrefixHit hit;
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     hit.pages_new = lanes_per_seq * pages_for_rows(n_tokens);
     if (!prefix_) return hit;
     const int64_t b = prefix_->block_rows();
     static thread_local std::vector<const int32_t *> chain;
-    const int64_t nb = prefix_->match(tokens, std::max<int64_t>(0, std::min(n_max, n_tokens)) / b, &chain, false);
+    const int64_t nb =
+        prefix_->match(tokens, std::max<int64_t>(0, std::min(n_max, n_tokens)) / b, &chain, false, ns);
     hit.rows = nb * b;
     if (nb == 0) return hit;
     // A page mapped from the cache costs nothing new when the hit covers it
@@ -789,7 +790,7 @@ PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, i
     return hit;
 }
 
-Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_rows) {
+Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_rows, uint64_t ns) {
     check_slot(seq);
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     if (!prefix_) return Status::error("KV prefix cache: this store has none");
@@ -804,7 +805,7 @@ Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_row
     }
     const int64_t nb = n_rows / b;
     std::vector<const int32_t *> chain;
-    if (prefix_->match(tokens, nb, &chain, /*touch=*/true) != nb)
+    if (prefix_->match(tokens, nb, &chain, /*touch=*/true, ns) != nb)
         return Status::errorf("KV prefix_attach(slot %d): the cache no longer holds %lld rows of this prefix", seq,
                               static_cast<long long>(n_rows));
     const int64_t rpp = rows_per_page();
@@ -884,12 +885,14 @@ Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_row
     // The attached blocks are cached already: publishing goes on after them.
     Published &pub = published_[static_cast<size_t>(seq)];
     pub = Published();
+    pub.hash = PrefixCache::chain_seed(ns);
     for (int64_t j = 0; j < nb; ++j) pub.hash = PrefixCache::chain_hash(pub.hash, tokens + j * b, b);
     pub.n_blocks = nb;
     return Status();
 }
 
-void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only) {
+void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only,
+                                  uint64_t ns) {
     check_slot(seq);
     if (!prefix_ || !slot_dense(seq)) return;
     const int64_t b = prefix_->block_rows(), rpp = rows_per_page(), ppb = prefix_->pages_per_block();
@@ -897,6 +900,7 @@ void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows
     if (whole_pages_only) n = n / rpp * rpp;
     const int64_t nb = n / b;
     Published &pub = published_[static_cast<size_t>(seq)];
+    if (pub.n_blocks == 0) pub.hash = PrefixCache::chain_seed(ns);
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
     std::vector<int32_t> pages(static_cast<size_t>(lanes_per_seq * ppb));
     const uint64_t now = pub.n_blocks < nb ? prefix_->tick() : 0;

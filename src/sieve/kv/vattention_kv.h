@@ -168,9 +168,9 @@ public:
     static int64_t seq_pages_for_rows(const KvShape &shape, int64_t page_bytes, int64_t n_rows);
 
     // ---- prefix cache ----
-    PrefixHit prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max) override;
-    Status prefix_attach(int seq, const int32_t *tokens, int64_t n_rows) override;
-    void prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only) override;
+    PrefixHit prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max, uint64_t ns) override;
+    Status prefix_attach(int seq, const int32_t *tokens, int64_t n_rows, uint64_t ns) override;
+    void prefix_publish(int seq, const int32_t *tokens, int64_t n_rows, bool whole_pages_only, uint64_t ns) override;
     PrefixCacheStats prefix_stats() const override;
     // Drops every cached block (pages no lane maps return to the pool).
     void prefix_clear();
@@ -250,10 +250,11 @@ private:
     std::unique_ptr<PrefixCache> prefix_;
     int64_t prefix_evicted_ = 0;
     // Per slot: blocks of it already offered to the prefix cache, and the
-    // chain hash of the last one (publishing goes on from there).
+    // chain hash of the last one (publishing goes on from there; with none
+    // yet, from the namespace's seed).
     struct Published {
         int64_t n_blocks = 0;
-        uint64_t hash = PrefixCache::k_seed;
+        uint64_t hash = 0;
     };
     std::vector<Published> published_;
 };

@@ -446,6 +446,15 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         const int64_t first = sink_first(begin, end);
         cpu::AttnArgs a = args_of(run, begin, end);
         if (first < n) a.lse = ws.lse_.data() + begin * c.n_head;
+        cpu::AttnLambda lam;
+        if (const PrefillMask *pm = b.prefill_masks ? b.prefill_masks[begin] : nullptr) {
+            SIEVE_CHECKF(first == n, "a prefill mask with a score sink (sequence %d): scores assume dense attention",
+                         b.seq[begin]);
+            lam.heads = pm->streaming + il * nkv;
+            lam.sink = pm->sink;
+            lam.recent = pm->recent;
+            if (std::any_of(lam.heads, lam.heads + nkv, [](uint8_t x) { return x != 0; })) a.lambda = &lam;
+        }
         if (!b.decode_run(begin, end)) cpu::attention_prefill(a, pool);
         if (first < n) {
             AttnScoreSink *sink = b.score_sinks[begin];

@@ -75,6 +75,16 @@ public:
     virtual std::unique_ptr<AttnRowSelector> clone() const = 0;
 };
 
+// A policy's Λ-shaped prefill mask (cpu::AttnLambda) for every layer: in
+// the prefill attention of layer l, KV head g is a streaming head when
+// streaming[l * n_head_kv + g] is nonzero; its queries see the lane's first
+// `sink` rows and their last `recent`. Owned by the policy.
+struct PrefillMask {
+    const uint8_t *streaming = nullptr;  // [n_layer * n_head_kv]
+    int64_t sink = 0;
+    int64_t recent = 1;
+};
+
 struct Batch {
     const int32_t *tokens = nullptr;       // [n_tokens] token ids
     const int32_t *pos = nullptr;          // [n_tokens] positions
@@ -96,6 +106,12 @@ struct Batch {
     // its prompt was cut into chunks (the prefill and decode kernels sum in
     // different orders). Null: every one-token run is a decode run.
     const int8_t *in_prompt = nullptr;
+    // [n_tokens] the prefill mask of each token's sequence, or nullptr; used
+    // for prefill runs only (a sequence's KV is then not the dense one, so
+    // its prefix-cache blocks live apart: KvPolicy::prefix_namespace). The
+    // array may be nullptr. A sequence that scores queries (score_sinks)
+    // must not have one: the scores assume dense attention.
+    const PrefillMask *const *prefill_masks = nullptr;
 
     // Whether the run [begin, end) of one sequence is a decode run.
     bool decode_run(int64_t begin, int64_t end) const { return end - begin == 1 && !(in_prompt && in_prompt[begin]); }

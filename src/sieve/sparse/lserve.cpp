@@ -9,11 +9,25 @@ namespace sieve {
 
 LServePolicy::LServePolicy(const LServeParams &p, HeadProfile profile, std::string label)
     : p_(p), profile_(std::move(profile)), label_(std::move(label)) {
-    streaming_ = head_profile_streaming(profile_, p_.static_frac);
+    const std::vector<char> st = head_profile_streaming(profile_, p_.static_frac);
+    streaming_.assign(st.begin(), st.end());
+    mask_.streaming = streaming_.data();
+    mask_.sink = p_.sink;
+    mask_.recent = p_.recent;
+    // Two policies with the same streaming heads, sink and window prefill the
+    // same KV: they share a namespace (FNV-1a over the three).
+    uint64_t h = 0xcbf29ce484222325ull;
+    const auto add = [&](uint64_t x) {
+        for (int i = 0; i < 8; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 0x100000001b3ull;
+    };
+    for (uint8_t x : streaming_) add(x);
+    add(static_cast<uint64_t>(p_.sink));
+    add(static_cast<uint64_t>(p_.recent));
+    namespace_ = h | 1;  // never 0 (the dense namespace)
 }
 
 int64_t LServePolicy::n_streaming() const {
-    return static_cast<int64_t>(std::count(streaming_.begin(), streaming_.end(), 1));
+    return static_cast<int64_t>(std::count(streaming_.begin(), streaming_.end(), uint8_t{1}));
 }
 
 Status LServePolicy::check_model(const KvShape &shape, int64_t n_head) const {

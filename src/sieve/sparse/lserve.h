@@ -6,11 +6,11 @@
 // they slide while decoding, so their memory goes back to the pool. Every
 // other head keeps its whole lane and reads it through Quest page selection
 // (sparse/quest.h) within `budget` rows, reselected every `interval` steps.
+// In prefill a streaming head's queries see only the sink and their own last
+// `recent` rows (the Λ-shaped mask, cpu::AttnLambda), so a long prompt
+// costs it O(n) instead of O(n^2); prefill=dense keeps its prefill dense.
 //
 //   --kv-policy lserve:static=0.5,budget=4096,interval=4,sink=64,recent=256,profile=FILE
-//
-// Not done: the Λ-shaped prefill mask for streaming heads (their prefill
-// attention is still dense; only decode and memory are sparse).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,7 @@ struct LServeParams {
     int64_t sink = 64;          // streaming heads keep the first sink rows ...
     int64_t recent = 256;       // ... and the last recent rows
     QuestParams quest;          // the other heads: page selection (full_layers 0, sink = the same sink)
+    bool lambda_prefill = true; // streaming heads prefill with the Λ mask (prefill=lambda|dense)
     std::string profile_path;
 };
 
@@ -45,6 +46,8 @@ public:
     Status after_decode(const PolicyContext &ctx) const override;
     int64_t kept_rows(int64_t n_prompt, int64_t layer, int64_t n_layer) const override;
     int64_t decode_rows(int64_t n_prompt, int64_t n_gen, int64_t layer, int64_t n_layer) const override;
+    const PrefillMask *prefill_mask() const override { return p_.lambda_prefill ? &mask_ : nullptr; }
+    uint64_t prefix_namespace() const override { return p_.lambda_prefill ? namespace_ : 0; }
 
     bool streaming(int64_t layer, int64_t kv_head) const {
         return streaming_[static_cast<size_t>(layer * profile_.n_head_kv + kv_head)] != 0;
@@ -60,7 +63,9 @@ private:
 
     LServeParams p_;
     HeadProfile profile_;
-    std::vector<char> streaming_;  // [n_layer * n_head_kv]
+    std::vector<uint8_t> streaming_;  // [n_layer * n_head_kv]
+    PrefillMask mask_;                // over streaming_
+    uint64_t namespace_ = 0;          // of the KV the mask makes: a hash of the mask
     std::string label_;
 };
 

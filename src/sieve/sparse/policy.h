@@ -124,6 +124,15 @@ public:
     // queries needs those queries computed (SnapKV's window: the last
     // `window`; H2O: all of them). Their keys may be cached either way.
     virtual int64_t reusable_prefix(int64_t n_total) const { return n_total; }
+    // The mask the sequence's prefill attention runs with (LServe's Λ for
+    // streaming heads), or null: dense prefill.
+    virtual const PrefillMask *prefill_mask() const { return nullptr; }
+    // Which prefix-cache blocks the sequence may map and publish: 0 for KV
+    // made by a dense prefill (every policy without a prefill mask shares
+    // it); a policy whose prefill changes the KV (a mask changes the layers'
+    // outputs, so every later layer's keys) names its own, the same for
+    // every policy object that would make the same KV.
+    virtual uint64_t prefix_namespace() const { return 0; }
 };
 
 using KvPolicyPtr = std::shared_ptr<const KvPolicy>;

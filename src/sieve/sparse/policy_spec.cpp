@@ -150,6 +150,13 @@ Result<KvPolicyPtr> make_lserve(const KvPolicySpec &spec) {
     SIEVE_TRY(parse_int(spec, "recent", 1, k_max_rows, &p.recent));
     SIEVE_TRY(parse_page_selection(spec, &p.quest));
     p.quest.sink = p.sink;
+    if (auto it = spec.params.find("prefill"); it != spec.params.end()) {
+        if (it->second != "lambda" && it->second != "dense")
+            return Status::errorf("prefill=%s: expected lambda (streaming heads see sink + recent rows in prefill) "
+                                  "or dense",
+                                  it->second.c_str());
+        p.lambda_prefill = it->second == "lambda";
+    }
     Result<HeadProfile> profile = head_profile_load(p.profile_path);
     if (!profile.ok()) return profile.status();
     return KvPolicyPtr(std::make_shared<LServePolicy>(p, std::move(*profile), kv_policy_spec_label(spec)));
@@ -179,10 +186,11 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          "min/max bound, reselected every `interval` steps (default budget=2048, page=64, interval=4, sink=16, "
          "full_layers=2, agg=max)",
          make_quest},
-        {"lserve", {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg"},
+        {"lserve", {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill"},
          "LServe: the `static` fraction of KV heads with the lowest head-profile scores keep sink + recent rows "
-         "(streaming heads), the rest read Quest pages (default static=0.5, budget=4096, interval=4, sink=64, "
-         "recent=256; profile=FILE from `sieve calibrate` is required)",
+         "(streaming heads; in prefill a lambda-shaped mask, unless prefill=dense), the rest read Quest pages (default "
+         "static=0.5, budget=4096, interval=4, sink=64, recent=256; profile=FILE from `sieve calibrate` is "
+         "required)",
          make_lserve},
     };
     return table;

@@ -120,6 +120,7 @@ void check_decode_args(const AttnArgs &a, const char *who) {
     attn_check_args(a, who);
     SIEVE_CHECKF(a.n_q == 1, "%s: n_q = %lld, expected 1 (use attention_prefill)", who,
                  static_cast<long long>(a.n_q));
+    SIEVE_CHECKF(!a.lambda, "%s: a lambda-shaped mask is for prefill (a streaming lane decodes over its compacted rows)", who);
 #ifndef NDEBUG
     if (a.spans) {
         const std::string e = attn_spans_error(a);

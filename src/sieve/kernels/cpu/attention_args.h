@@ -25,6 +25,8 @@ inline void attn_check_args(const AttnArgs &a, const char *who) {
     SIEVE_CHECKF(a.q && a.k && a.v && a.o, "%s: null q/k/v/o pointer", who);
     SIEVE_CHECKF(!a.spans || (a.n_q == 1 && a.spans->rows && a.spans->first),
                  "%s: row spans need a single query (decode) and both arrays", who);
+    SIEVE_CHECKF(!a.lambda || (a.lambda->heads && a.lambda->sink >= 0 && a.lambda->recent >= 1),
+                 "%s: a lambda-shaped mask needs its heads and sink >= 0, recent >= 1", who);
 }
 
 // The most rows any lane of the call holds (what a chunk plan is sized by,

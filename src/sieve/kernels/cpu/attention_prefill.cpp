@@ -45,6 +45,14 @@
 // chunks of a block run as tasks of their own and are folded afterwards, in
 // the same order: the same bits, on every thread.
 //
+// Streaming heads (AttnArgs::lambda, a Λ-shaped mask): a row sees the
+// lane's first `sink` keys and its last `recent` up to itself. Tiles and
+// chunks that no row of a block sees are skipped, the tiles the window's
+// lower edge (or the sink's end) crosses are masked from below as the
+// causal edge is from above. A row that sees no key of a tile leaves it
+// exactly as it found it, so skipping changes no bit: the result still
+// depends on the row's query and visible keys only.
+//
 // lse = m + log l is the log of sum exp(scale * q.k) over visible keys.
 #include <algorithm>
 #include <cfloat>
@@ -186,23 +194,35 @@ inline void pv_block(float *ot, const V *alpha, const float *p, const float *vro
 
 struct Block {
     float *qt, *ot, *s, *m, *l;
-    float *rel;  // masked tiles: rel[r] = last key row r sees - k0, clamped to [-1, k_kt]
+    float *rel;   // masked tiles: rel[r] = last key row r sees - k0, clamped to [-1, k_kt]
+    float *relo;  // Λ-masked tiles: relo[r] = first key past the sink row r sees - k0, clamped to [0, k_kt]
 };
 
-// One key tile [k0, k0 + nk) for the NV row vectors of a block.
+// One key tile [k0, k0 + nk) for the NV row vectors of a block. causal:
+// mask keys past each row's last (rel); keys jj >= lam0 of the tile are
+// past a streaming head's sink and hidden below each row's window (relo);
+// lam0 = nk: no Λ mask.
 template <int NV>
-void tile(const Block &b, const float *k, const float *v, int64_t k0, int64_t nk, int64_t d, bool masked) {
+void tile(const Block &b, const float *k, const float *v, int64_t k0, int64_t nk, int64_t d, bool causal,
+          int64_t lam0) {
     int64_t j = 0;
     for (; j + k_jb <= nk; j += k_jb) qk_block<NV, k_jb>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
     for (; j < nk; ++j) qk_block<NV, 1>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
     V alpha[NV];
     for (int r = 0; r < NV; ++r) {
         float *s = b.s + r * W;
-        if (masked) {
+        if (causal) {
             // key k0 + jj is visible to a row iff jj <= rel (small integers, exact in f32)
             const V rel = vload(b.rel + r * W);
             for (int64_t jj = 0; jj < nk; ++jj)
                 vstore(s + jj * k_rb, vmask_gt(vload(s + jj * k_rb), vset1(static_cast<float>(jj)), rel));
+        }
+        if (lam0 < nk) {
+            // ... and, past the sink, iff jj >= relo. A row that sees no key
+            // of the tile ends it as it began (alpha = 1, p = 0).
+            const V relo = vload(b.relo + r * W);
+            for (int64_t jj = lam0; jj < nk; ++jj)
+                vstore(s + jj * k_rb, vmask_gt(vload(s + jj * k_rb), relo, vset1(static_cast<float>(jj))));
         }
         const V m_old = vload(b.m + r * W);
         // -FLT_MAX, not -inf, for a row that has seen no key yet (a chunk past
@@ -227,7 +247,7 @@ void tile(const Block &b, const float *k, const float *v, int64_t k0, int64_t nk
     for (; c < d; c += 4) pv_block<NV, 4>(b.ot + c * k_rb, alpha, b.s, v + k0 * d + c, nk, d);
 }
 
-using TileFn = void (*)(const Block &, const float *, const float *, int64_t, int64_t, int64_t, bool);
+using TileFn = void (*)(const Block &, const float *, const float *, int64_t, int64_t, int64_t, bool, int64_t);
 
 template <int... NV>
 constexpr TileFn tile_fn(int nv, std::integer_sequence<int, NV...>) {
@@ -269,24 +289,49 @@ void pack_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64
     }
 }
 
+// A streaming head's window: row r of a block (query i = r / g) sees, past
+// the sink, the keys from lim - recent + 1 on. Rows of a block see windows
+// that start later the later the row.
+bool lambda_head(const AttnArgs &a, int64_t kvh) { return a.lambda && a.lambda->streaming(kvh); }
+int64_t window_start(const AttnArgs &a, int64_t kvh, int64_t row) {
+    const int64_t g = a.n_head / a.n_head_kv;
+    return a.past(kvh) + row / g - a.lambda->recent + 1;
+}
+// Keys [k0, k1) hidden from every row of the block at r0 (a streaming head:
+// past the sink and before its first row's window).
+bool hidden_from_block(const AttnArgs &a, int64_t kvh, int64_t r0, int64_t k0, int64_t k1) {
+    return lambda_head(a, kvh) && k0 >= a.lambda->sink && k1 <= window_start(a, kvh, r0);
+}
+
 // Precondition: pack_rows() filled b.qt for these rows.
 void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_t nr, int64_t kb, int64_t ke) {
     const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
-    int64_t lim[k_rb];  // last key row r sees (pad rows: the last row's)
+    const bool lam = lambda_head(a, kvh);
+    int64_t lim[k_rb], lo[k_rb];  // last key row r sees, first past the sink (pad rows: the last row's)
     for (int64_t r = 0; r < k_rb; ++r) {
-        lim[r] = a.past(kvh) + (r0 + std::min(r, nr - 1)) / g;
+        const int64_t row = r0 + std::min(r, nr - 1);
+        lim[r] = a.past(kvh) + row / g;
+        lo[r] = lam ? std::max(a.lambda->sink, window_start(a, kvh, row)) : 0;
         b.m[r] = -INFINITY;
         b.l[r] = 0.0f;
     }
     std::fill(b.ot, b.ot + d * k_rb, 0.0f);
     const int64_t first_lim = a.past(kvh) + r0 / g;
+    const int64_t sink = lam ? a.lambda->sink : 0, last_lo = lo[k_rb - 1];
     const TileFn fn = tile_fn(static_cast<int>((nr + W - 1) / W), std::make_integer_sequence<int, k_rv>{});
     for (int64_t k0 = kb; k0 < ke; k0 += k_kt) {
         const int64_t nk = std::min(k_kt, ke - k0);
+        if (hidden_from_block(a, kvh, r0, k0, k0 + nk)) continue;  // no row sees a key of it: a no-op
         const bool masked = k0 + nk - 1 > first_lim;
         if (masked)
             for (int64_t r = 0; r < k_rb; ++r) b.rel[r] = static_cast<float>(std::clamp<int64_t>(lim[r] - k0, -1, k_kt));
-        fn(b, static_cast<const float *>(a.k[kvh]), static_cast<const float *>(a.v[kvh]), k0, nk, d, masked);
+        // Λ: keys of the tile in [sink, lo[r]) are hidden from row r.
+        int64_t lam0 = nk;
+        if (lam && k0 + nk > sink && k0 < last_lo) {
+            lam0 = std::max<int64_t>(0, sink - k0);
+            for (int64_t r = 0; r < k_rb; ++r) b.relo[r] = static_cast<float>(std::clamp<int64_t>(lo[r] - k0, 0, k_kt));
+        }
+        fn(b, static_cast<const float *>(a.k[kvh]), static_cast<const float *>(a.v[kvh]), k0, nk, d, masked, lam0);
     }
 }
 
@@ -389,7 +434,7 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
     const int64_t n_rows = a.n_q * g;  // per KV head
     const int64_t n_blocks = (n_rows + k_rb - 1) / k_rb, n_tasks = a.n_head_kv * n_blocks;
-    const int64_t scratch = d * k_rb + k_kt * k_rb + k_rb;  // qt, s, rel
+    const int64_t scratch = d * k_rb + k_kt * k_rb + 2 * k_rb;  // qt, s, rel, relo
     const int64_t slot = (d + 2) * k_rb;                    // a partial: ot, m, l
     const auto block_of = [&](int64_t t, int64_t *kvh, int64_t *r0, int64_t *nr) {
         // One KV head after another, so both threads stream the same K/V lane
@@ -416,12 +461,15 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
             block_of(t, &kvh, &r0, &nr);
             float *buf = tile_scratch(scratch + 2 * slot);
             const Partial run = partial(buf + scratch), part = partial(buf + scratch + slot);
-            const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb};
+            const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb,
+                          buf + d * k_rb + k_kt * k_rb + k_rb};
             const int64_t end = keys_end(kvh, r0, nr);
             std::fill(run.l, run.l + k_rb, 0.0f);
             pack_rows(a, b, kvh, r0, nr);
             for (int64_t kb = 0; kb < end; kb += k_chunk) {
-                run_rows(a, b, kvh, r0, nr, kb, std::min(end, kb + k_chunk));
+                const int64_t ke = std::min(end, kb + k_chunk);
+                if (hidden_from_block(a, kvh, r0, kb, ke)) continue;  // l = 0: the fold would skip it
+                run_rows(a, b, kvh, r0, nr, kb, ke);
                 fold(run, part, nr, d);
             }
             store_rows(a, kvh, r0, nr, run.m, run.l, run.ot);
@@ -437,12 +485,14 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
         block_of(t, &kvh, &r0, &nr);
         const int64_t end = keys_end(kvh, r0, nr), kb = c * k_chunk;
         const Partial part = partial(parts + task * slot);
-        if (kb >= end) {  // past the block's keys: an empty partial
+        if (kb >= end || hidden_from_block(a, kvh, r0, kb, std::min(end, kb + k_chunk))) {
+            // past the block's keys, or hidden from all its rows: an empty partial
             std::fill(part.l, part.l + k_rb, 0.0f);
             return;
         }
         float *buf = tile_scratch(scratch);
-        const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb};
+        const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb,
+                      buf + d * k_rb + k_kt * k_rb + k_rb};
         pack_rows(a, b, kvh, r0, nr);
         run_rows(a, b, kvh, r0, nr, kb, std::min(end, kb + k_chunk));
     });

@@ -111,6 +111,24 @@ struct RowSpans {
     }
 };
 
+// Λ-shaped prefill attention for streaming heads (LServe, Yang et al. 2025;
+// DuoAttention, Xiao et al. 2024): in a head marked here, query i of the
+// chunk (its last visible row lim = n_past(g) + i) sees only the lane's first
+// `sink` rows and its last `recent` rows up to itself,
+//
+//   rows [0, min(sink, lim + 1))  and  [max(sink, lim - recent + 1), lim]
+//
+// so a long prompt costs such a head O(n (sink + recent)) instead of O(n^2).
+// A head whose lim < sink + recent sees every row (the bits of the dense
+// call). Prefill only: a streaming lane is compacted to sink + recent rows
+// before decoding.
+struct AttnLambda {
+    const uint8_t *heads = nullptr;  // [n_head_kv]: nonzero for a streaming head
+    int64_t sink = 0;
+    int64_t recent = 1;              // >= 1: a query always sees itself
+    bool streaming(int64_t kv_head) const { return heads[kv_head] != 0; }
+};
+
 struct AttnArgs {
     const float *q = nullptr;          // [n_q, n_head, head_dim]
     const void *const *k = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type
@@ -126,6 +144,7 @@ struct AttnArgs {
     int64_t head_dim = 0;
     float scale = 0.0f;                // usually 1 / sqrt(head_dim)
     const RowSpans *spans = nullptr;   // optional, decode only (n_q == 1): the rows each head reads
+    const AttnLambda *lambda = nullptr;  // optional, prefill only: the Λ mask of streaming heads
 
     int64_t past(int64_t kv_head) const { return n_past_kv ? n_past_kv[kv_head] : n_past; }
 };
@@ -144,7 +163,7 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool);
 // pool) (the same chunk plan, task code and merge order). Outputs must not
 // overlap. Scratch is kept per thread and only grows.
 void attention_decode_multi(const AttnArgs *args, int64_t n_seq, ThreadPool &pool);
-// Scalar oracle (double accumulation) for both, spans included.
+// Scalar oracle (double accumulation) for both, spans and Λ masks included.
 void attention_ref(const AttnArgs &a);
 // Checks a.spans against the lanes (sorted, disjoint, non-empty, inside the
 // visible rows); a message naming the head and span, or empty when valid.

@@ -67,6 +67,8 @@ void attention_ref(const AttnArgs &a) {
                 for (int64_t si = 0; si < a.spans->n_spans(h / group); ++si)
                     for (int64_t j = a.spans->begin(h / group, si); j < a.spans->end(h / group, si); ++j)
                         read[static_cast<size_t>(j)] = 1;
+            if (a.lambda && a.lambda->streaming(h / group))  // Λ: the first sink rows and the last recent
+                for (int64_t j = a.lambda->sink; j < n_vis - a.lambda->recent; ++j) read[static_cast<size_t>(j)] = 0;
             double m = -INFINITY;
             for (int64_t j = 0; j < n_vis; ++j) {
                 if (!read[static_cast<size_t>(j)]) continue;
