@@ -7,8 +7,11 @@
 // on the main thread (blocked everywhere else), so shutdown runs as ordinary
 // code: refuse new work, let requests in flight finish for --drain-timeout
 // seconds, cancel the rest, close the listener.
+#include <malloc.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <string>
@@ -194,6 +197,12 @@ int cmd_serve(int argc, char **argv) {
         return 0;
     }
     log_set_level(o.verbose ? LogLevel::debug : LogLevel::info);
+    // glibc gives every thread that allocates its own arena (up to 8 per
+    // core); each HTTP worker then keeps megabytes of freed memory that
+    // malloc_trim cannot return, and an idle server's RSS creeps up with the
+    // number of workers that ever ran (docs/reliability.md, the hour-long
+    // soak). Two arenas, unless the user set MALLOC_ARENA_MAX themselves.
+    if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
     const sigset_t stop_signals = block_stop_signals();
     std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
 
