@@ -155,6 +155,28 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
     expect_close(c, kernel == Kernel::prefill ? "prefill" : "decode", o, lse.data());
 }
 
+// Prefills c's n_q queries (one lane per KV head from position pos0) in
+// consecutive calls of piece(q0) queries each, into o ([n_q, n_head, d]) and
+// l (lse, [n_head, n_q]).
+template <class Piece>
+void prefill_in_pieces(const AttnCase &c, int64_t pos0, ThreadPool &pool, Piece piece, std::vector<float> &o,
+                       std::vector<float> &l) {
+    const int64_t n_q = c.n_q, per_q = c.n_head * c.head_dim;
+    for (int64_t q0 = 0; q0 < n_q;) {
+        const int64_t n = piece(q0);
+        std::vector<float> lp(static_cast<size_t>(c.n_head * n), NAN);
+        cpu::AttnArgs a = c.args(o.data() + q0 * per_q, lp.data());
+        a.q = c.q.data() + q0 * per_q;
+        a.n_q = n;
+        a.n_past = pos0 + q0;
+        a.n_past_kv = nullptr;
+        cpu::attention_prefill(a, pool);
+        for (int64_t h = 0; h < c.n_head; ++h)
+            for (int64_t i = 0; i < n; ++i) l[static_cast<size_t>(h * n_q + q0 + i)] = lp[static_cast<size_t>(h * n + i)];
+        q0 += n;
+    }
+}
+
 struct Heads {
     int64_t n_head, n_head_kv;
 };
@@ -302,19 +324,9 @@ TEST(Attention, PrefillBitsDoNotDependOnHowThePromptIsCut) {
                 for (int n_threads : {1, 3}) {
                     ThreadPool pool(n_threads);
                     std::vector<float> o(per_q * n_q, NAN), l(static_cast<size_t>(c.n_head * n_q), NAN);
-                    for (int64_t q0 = 0; q0 < n_q;) {
-                        const int64_t n = cut == 0 ? 1 : cut == 1 ? std::min<int64_t>(n_q - q0, 1 + static_cast<int64_t>(rng() % 23)) : std::min<int64_t>(n_q - q0, 17);
-                        std::vector<float> lp(static_cast<size_t>(c.n_head * n), NAN);
-                        cpu::AttnArgs a = c.args(o.data() + q0 * per_q, lp.data());
-                        a.q = c.q.data() + q0 * per_q;
-                        a.n_q = n;
-                        a.n_past = pos0 + q0;
-                        a.n_past_kv = nullptr;
-                        cpu::attention_prefill(a, pool);
-                        for (int64_t h = 0; h < c.n_head; ++h)
-                            for (int64_t i = 0; i < n; ++i) l[static_cast<size_t>(h * n_q + q0 + i)] = lp[static_cast<size_t>(h * n + i)];
-                        q0 += n;
-                    }
+                    prefill_in_pieces(c, pos0, pool, [&](int64_t q0) {
+                        return cut == 0 ? int64_t{1} : cut == 1 ? std::min<int64_t>(n_q - q0, 1 + static_cast<int64_t>(rng() % 23)) : std::min<int64_t>(n_q - q0, 17);
+                    }, o, l);
                     const std::string what = "heads " + std::to_string(hh.n_head) + "/" + std::to_string(hh.n_head_kv) +
                                              ", past " + std::to_string(pos0) + ", cut " + std::to_string(cut) + ", " +
                                              std::to_string(n_threads) + " threads";
@@ -640,20 +652,9 @@ TEST(Attention, LambdaPrefillBitsAreDenseForAWideWindowAndIndependentOfTheCut) {
         for (int n_threads : {1, 3}) {
             ThreadPool pool(n_threads);
             std::vector<float> o(per_q * n_q, NAN), l(static_cast<size_t>(c.n_head * n_q), NAN);
-            for (int64_t q0 = 0; q0 < n_q;) {
-                const int64_t n = std::min<int64_t>(n_q - q0, 1 + static_cast<int64_t>(rng() % 23));
-                std::vector<float> lp(static_cast<size_t>(c.n_head * n), NAN);
-                cpu::AttnArgs a = c.args(o.data() + q0 * per_q, lp.data());
-                a.q = c.q.data() + q0 * per_q;
-                a.n_q = n;
-                a.n_past = pos0 + q0;
-                a.n_past_kv = nullptr;
-                cpu::attention_prefill(a, pool);
-                for (int64_t h = 0; h < c.n_head; ++h)
-                    for (int64_t i = 0; i < n; ++i)
-                        l[static_cast<size_t>(h * n_q + q0 + i)] = lp[static_cast<size_t>(h * n + i)];
-                q0 += n;
-            }
+            prefill_in_pieces(c, pos0, pool, [&](int64_t q0) {
+                return std::min<int64_t>(n_q - q0, 1 + static_cast<int64_t>(rng() % 23));
+            }, o, l);
             const std::string what = "past " + std::to_string(pos0) + ", " + std::to_string(n_threads) + " threads";
             EXPECT_EQ(0, std::memcmp(o.data(), o_all.data(), o.size() * sizeof(float))) << what;
             EXPECT_EQ(0, std::memcmp(l.data(), l_all.data(), l.size() * sizeof(float))) << what;
