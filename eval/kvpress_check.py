@@ -23,6 +23,19 @@ the press on the compressed cache, greedily, for the same max tokens as sieve
 instead compresses the context without the question; that is the harder,
 question-agnostic setting and is not what sieve's policies are compared on.
 
+--overlap compares which rows are kept instead of accuracy: sieve eval runs
+SnapKV with kvpress's settings (`snapkv:keep=1-R,window=64,pool=5,
+pooling=avg,agg=mean`) with exact activations (`--exact`) and f32 KV, and
+writes the prompt positions each (layer, KV head) lane kept
+(`--dump-kept`); the same prompt ids are prefilled through transformers
+under kvpress's SnapKVPress(compression_ratio=R), whose scores are recorded
+per layer and cut to the top max(1, int(n (1 - R))) per KV head exactly as
+its ScorerPress does. Reported per sample: the mean and smallest fraction of
+a lane's kept positions that both chose, and the share of lanes at >= 95%.
+
+    python3 eval/kvpress_check.py -m ~/.cache/sieve/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \\
+        --task passkey,niah_multikey --ctx 4096 --samples 2 --overlap --ratio 0.5 -o overlap.json
+
 Needs: pip install torch transformers gguf kvpress (CPU torch is enough for
 <= 4k tokens on a 0.5B model; see docs/accuracy.md for what it took).
 """
@@ -36,6 +49,9 @@ import time
 
 from eval_common import default_max_tokens, wilson
 
+# transformers' GGUF loader draws a progress bar per tensor; logs stay readable without.
+os.environ.setdefault("TQDM_DISABLE", "1")
+
 PRESSES = {
     # name: (kvpress class, keyword arguments besides compression_ratio)
     "snapkv": ("SnapKVPress", {}),
@@ -46,11 +62,21 @@ PRESSES = {
 }
 
 
-def run_sieve(args, dump_path):
+def sieve_snapkv_spec(args, ratio):
+    """sieve's SnapKV with kvpress SnapKVPress's defaults (window 64, avg-pool 5, group mean)."""
+    return (f"snapkv:keep={1 - ratio:g},window={args.window},pool={args.kernel},pooling=avg,agg=mean")
+
+
+def run_sieve(args, dump_path, policies=("dense",), extra=()):
     """sieve eval on the same samples; returns its JSON result."""
     cmd = [args.sieve, "eval", "-m", args.model, "--task", args.task, "--ctx", args.ctx,
-           "--samples", str(args.samples), "--seed", str(args.seed), "--kv-policy", "dense",
+           "--samples", str(args.samples), "--seed", str(args.seed),
            "-ctk", "f32", "-o", "json", "--dump-samples", dump_path]
+    for p in policies:
+        cmd += ["--kv-policy", p]
+    cmd += list(extra)
+    if args.threads:
+        cmd += ["-t", str(args.threads)]
     if args.max_tokens:
         cmd += ["--max-tokens", str(args.max_tokens)]
     print("running:", " ".join(cmd), file=sys.stderr)
@@ -73,7 +99,7 @@ def load_hf(args):
     folder, name = os.path.split(os.path.abspath(args.model))
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
                                                  attn_implementation=args.attn)
     model.eval()
     torch.set_num_threads(args.threads)
@@ -144,6 +170,94 @@ def evaluate(args, samples, model, tok):
     return results, dense_text
 
 
+def kvpress_kept(model, ids, ratio, args):
+    """Prefill ids under a SnapKVPress that records each layer's scores; returns
+    {layer: [sorted kept positions per KV head]} as its ScorerPress cuts them."""
+    import torch
+    import kvpress
+    from transformers import DynamicCache
+
+    scores = {}
+
+    class RecordingSnapKV(kvpress.SnapKVPress):
+        def score(self, module, *a, **kw):
+            sc = super().score(module, *a, **kw)
+            scores[module.layer_idx] = sc.detach().clone()
+            return sc
+
+    press = RecordingSnapKV(compression_ratio=ratio, window_size=args.window, kernel_size=args.kernel)
+    n = len(ids)
+    with torch.no_grad(), press(model):
+        model(input_ids=torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1,
+              position_ids=torch.arange(n).unsqueeze(0), cache_position=torch.arange(n))
+    n_kept = max(1, int(n * (1 - ratio)))
+    return {l: [sorted(h) for h in sc.topk(n_kept, dim=-1).indices[0].tolist()] for l, sc in scores.items()}
+
+
+def overlap(args, model):
+    """--overlap: kept positions per (layer, KV head), sieve vs kvpress, per sample and ratio."""
+    rows = []
+    for ratio in args.ratio:
+        spec = sieve_snapkv_spec(args, ratio)
+        with tempfile.TemporaryDirectory() as tmp:
+            dump, kept_path = os.path.join(tmp, "samples.jsonl"), os.path.join(tmp, "kept.jsonl")
+            t0 = time.time()
+            exact = ("--exact",) if args.activations == "exact" else ()
+            run_sieve(args, dump, policies=(spec,), extra=exact + ("--ref-cache-type", "f32",
+                                                                   "--dump-kept", kept_path))
+            print(f"sieve eval ({spec}, {args.activations} activations) took {time.time() - t0:.1f} s",
+                  file=sys.stderr)
+            samples = {(s["task"], s["seed"]): s for s in load_samples(dump)}
+            with open(kept_path) as f:
+                sieve_kept = [json.loads(line) for line in f if line.strip()]
+        for k in sieve_kept:
+            s = samples[(k["task"], k["seed"])]
+            ids = s["prompt_ids"]
+            assert len(ids) == k["n_prompt"], "sieve's dump and the sample disagree on the prompt"
+            t0 = time.time()
+            hf = kvpress_kept(model, ids, ratio, args)
+            fr, control = [], []
+            n = k["n_prompt"]
+            for l in range(k["n_layer"]):
+                for h in range(k["n_head_kv"]):
+                    a = set(k["kept"][l * k["n_head_kv"] + h])
+                    b = set(hf[l][h])
+                    fr.append(len(a & b) / max(1, len(b)))
+                    # Control: a score-free choice of the same size (the first
+                    # rows + the window) — what the overlap would be if the
+                    # scores did not matter.
+                    c = set(range(len(b) - args.window)) | set(range(n - args.window, n))
+                    control.append(len(c & b) / max(1, len(b)))
+            row = {"ratio": ratio, "policy": spec, "task": k["task"], "ctx": k["ctx"], "seed": k["seed"],
+                   "n_prompt": k["n_prompt"], "n_kept_kvpress": len(hf[0][0]),
+                   "n_kept_sieve": len(k["kept"][0]), "overlap_mean": sum(fr) / len(fr),
+                   "overlap_min": min(fr), "lanes_ge_95": sum(f >= 0.95 for f in fr) / len(fr),
+                   "control_mean": sum(control) / len(control), "activations": args.activations,
+                   "per_lane": fr}
+            rows.append(row)
+            print(f"{k['task']} @{k['ctx']} seed {k['seed']} ratio {ratio:g}: overlap mean "
+                  f"{row['overlap_mean']:.4f} min {row['overlap_min']:.4f}, lanes >= 95%: "
+                  f"{100 * row['lanes_ge_95']:.1f}% ({time.time() - t0:.1f} s)", file=sys.stderr)
+    return rows
+
+
+def overlap_report(rows):
+    lines = ["| task | ctx | seed | prompt tokens | removed | rows kept per lane (sieve / kvpress) | "
+             "overlap mean | overlap min | lanes ≥ 95% | control: first rows + window |",
+             "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['task']} | {r['ctx']} | {r['seed']} | {r['n_prompt']} | {r['ratio']:g} | "
+                     f"{r['n_kept_sieve']} / {r['n_kept_kvpress']} | {100 * r['overlap_mean']:.2f}% | "
+                     f"{100 * r['overlap_min']:.2f}% | {100 * r['lanes_ge_95']:.1f}% | "
+                     f"{100 * r['control_mean']:.1f}% |")
+    if rows:
+        allf = [f for r in rows for f in r["per_lane"]]
+        lines.append("")
+        lines.append(f"all lanes: mean {100 * sum(allf) / len(allf):.2f}%, min {100 * min(allf):.2f}%, "
+                     f"{100 * sum(f >= 0.95 for f in allf) / len(allf):.1f}% of {len(allf)} lanes at >= 95%")
+    return "\n".join(lines)
+
+
 def report(sieve_json, results, dense_text):
     """Markdown table: one row per cell, sieve dense then every press."""
     labels = sorted({k[0] for k in results}, key=lambda l: (l != "dense", l))
@@ -183,6 +297,12 @@ def main():
     ap.add_argument("--ratio", default="0.5", help="compression ratios (fraction of rows removed), comma-separated")
     ap.add_argument("--attn", default="eager", help="transformers attention implementation (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--overlap", action="store_true",
+                    help="compare the rows SnapKV keeps (sieve vs kvpress) instead of accuracy")
+    ap.add_argument("--window", type=int, default=64, help="SnapKV observation window (kvpress's default)")
+    ap.add_argument("--kernel", type=int, default=5, help="SnapKV pooling kernel (kvpress's default)")
+    ap.add_argument("--activations", choices=("exact", "q8"), default="exact",
+                    help="--overlap: sieve's activations, exact (f32, as transformers) or q8 (its fast default)")
     ap.add_argument("-o", "--output", default="", help="also write the raw results as JSON")
     args = ap.parse_args()
     args.press = [p for p in args.press.split(",") if p]
@@ -190,6 +310,15 @@ def main():
     unknown = [p for p in args.press if p != "dense" and p not in PRESSES]
     if unknown:
         sys.exit(f"--press: unknown {unknown}; expected dense, {', '.join(PRESSES)}")
+
+    if args.overlap:
+        model, _ = load_hf(args)
+        rows = overlap(args, model)
+        print(overlap_report(rows))
+        if args.output:
+            with open(args.output, "w") as f:
+                json.dump({"overlap": rows}, f, indent=2)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "samples.jsonl")

@@ -27,6 +27,13 @@ sieve_eval_test(json_config 0 "\"ref_cache_type\": \"f32\"" "" ${eval_small} -o 
 add_test(NAME cli.eval.dense_selfcheck
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/eval_selfcheck.sh $<TARGET_FILE:sieve> ${eval_stories} 4 ${eval_small})
 set_tests_properties(cli.eval.dense_selfcheck PROPERTIES LABELS cli)
+# --dump-kept: the positions each lane keeps (dense: all; snapkv keep=0.5:
+# half, the window among them), with 8-bit and with --exact activations.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME cli.eval.dump_kept
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/eval_dump_kept.py $<TARGET_FILE:sieve> ${eval_stories} 4 ${eval_small})
+  set_tests_properties(cli.eval.dump_kept PROPERTIES LABELS cli)
+endif()
 
 # Bad command lines: exit 2 before (or, for lengths, right after) the model loads.
 sieve_eval_test(help 0 "usage: sieve eval" "" --help)

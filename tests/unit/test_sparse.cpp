@@ -56,6 +56,33 @@ TEST(SparseSelect, MaxPoolMatchesBruteForce) {
     }
 }
 
+// avg_pool is torch's avg_pool1d(kernel, padding = kernel / 2, stride 1)
+// with the padding's zeros counted: an edge key's window sums fewer keys but
+// is still divided by the kernel.
+TEST(SparseSelect, AvgPoolCountsThePaddingLikeTorch) {
+    for (int64_t n : {1, 2, 5, 64, 1000}) {
+        for (int64_t kernel : {1, 3, 5, 7, 2001}) {
+            const auto s = random_scores(n, static_cast<uint32_t>(n * 17 + kernel));
+            std::vector<float> out(static_cast<size_t>(n));
+            sparse::avg_pool(s.data(), n, kernel, out.data());
+            for (int64_t j = 0; j < n; ++j) {
+                double sum = 0.0;
+                for (int64_t i = j - kernel / 2; i <= j + kernel / 2; ++i)
+                    sum += i >= 0 && i < n ? static_cast<double>(s[static_cast<size_t>(i)]) : 0.0;
+                ASSERT_NEAR(out[static_cast<size_t>(j)], sum / static_cast<double>(kernel), 1e-6 * (1.0 + sum))
+                    << "n " << n << " kernel " << kernel << " j " << j;
+            }
+        }
+    }
+    // An edge key averages in zeros: with equal scores everywhere the first
+    // and last keys score (r + 1) / kernel of a middle one.
+    std::vector<float> flat(9, 1.0f), out(9);
+    sparse::avg_pool(flat.data(), 9, 5, out.data());
+    EXPECT_FLOAT_EQ(out[0], 3.0f / 5.0f);
+    EXPECT_FLOAT_EQ(out[4], 1.0f);
+    EXPECT_FLOAT_EQ(out[8], 3.0f / 5.0f);
+}
+
 TEST(SparseSelect, GroupScoresMeanAndMax) {
     const auto a = random_scores(37, 1), b = random_scores(37, 2), c = random_scores(37, 3);
     const float *heads[] = {a.data(), b.data(), c.data()};
@@ -143,6 +170,7 @@ TEST(SparseSpec, BadValuesNameTheKeyAndWhatIsAccepted) {
         {"snapkv:budget=0", "budget=0: expected an integer"},
         {"snapkv:pool=4", "pool=4: expected an odd"},
         {"snapkv:agg=median", "agg=median: expected mean or max"},
+        {"snapkv:pooling=median", "pooling=median: expected max or avg"},
         {"snapkv:window=0", "window=0"},
         {"pyramidkv:beta=0.5", "beta=0.5"},
         {"streaming:window=8", "streaming has no key 'window'"},

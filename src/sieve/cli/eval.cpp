@@ -39,6 +39,7 @@ struct EvalOptions {
     EvalFormat format = EvalFormat::md;
     std::string type_k, type_v, ref_type;  // -ctk / -ctv / --ref-cache-type
     std::string dump_samples;              // --dump-samples FILE
+    std::string dump_kept;                 // --dump-kept FILE
     bool mmap = false;
     bool help = false;
 };
@@ -68,6 +69,10 @@ void eval_usage(FILE *out) {
                  "  --ppl-tokens N            ppl: tokens at the end of the text scored (default 256)\n"
                  "  -o, --output md|json|jsonl   md: tables; json: everything; jsonl: one line per sample\n"
                  "  --dump-samples FILE       write every generated sample (prompt, ids, answers) as JSONL\n"
+                 "  --dump-kept FILE          write the prompt positions each policy kept per layer and KV\n"
+                 "                            head, one JSON line per (policy, sample)\n"
+                 "  --exact                   f32 activations through dequantized weights (the exact model,\n"
+                 "                            as a float reference computes it; slower) instead of 8-bit\n"
                  "  -np, --parallel N         samples decoded together (default 8)\n"
                  "  -t, --threads N           compute threads (default: every core)\n"
                  "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32, q8_0, q4_0\n"
@@ -116,6 +121,8 @@ bool parse_value_flag(ArgCursor &args, const std::string &f, EvalOptions *o, Sta
         *st = take_string(args, "a template name", &o->chat_template);
     else if (f == "--dump-samples")
         *st = take_string(args, "a file path", &o->dump_samples);
+    else if (f == "--dump-kept")
+        *st = take_string(args, "a file path", &o->dump_kept);
     else if (f == "--ppl-dir")
         *st = take_string(args, "a folder", &p.task.ppl_dir);
     else if (f == "-ctk" || f == "--cache-type-k")
@@ -175,6 +182,10 @@ Status parse_options(int argc, char **argv, EvalOptions *o) {
         }
         if (f == "--mmap") {
             o->mmap = true;
+            continue;
+        }
+        if (f == "--exact") {
+            p.engine.act_precision = cpu::ActPrecision::f32;
             continue;
         }
         const bool is_list = f == "--task" || f == "--ctx" || f == "--kv-policy" || f == "--depths";
@@ -292,6 +303,12 @@ int cmd_eval(int argc, char **argv) {
         if (!dump)
             return run_error(Status::errorf("--dump-samples: cannot write '%s'", o.dump_samples.c_str()));
     }
+    std::ofstream dump_kept;
+    if (!o.dump_kept.empty()) {
+        dump_kept.open(o.dump_kept);
+        if (!dump_kept) return run_error(Status::errorf("--dump-kept: cannot write '%s'", o.dump_kept.c_str()));
+        o.plan.engine.kv_positions = true;
+    }
     Progress progress;
     EvalHooks hooks;
     hooks.progress = [&](int64_t done, int64_t total, const std::string &what) {
@@ -304,6 +321,11 @@ int cmd_eval(int argc, char **argv) {
 
     Result<EvalResult> r = eval_run(**model, **tok, tmpl_ptr, o.plan, hooks);
     if (!r.ok()) return run_error(r.status());
+    if (dump_kept.is_open()) {
+        dump_kept << eval_kept_jsonl(*r);
+        if (!dump_kept.flush())
+            return run_error(Status::errorf("--dump-kept: writing '%s' failed", o.dump_kept.c_str()));
+    }
     const EvalReportInfo info{o.model, o.plan.engine.n_threads, o.plan.engine.max_seqs};
     const std::string out = o.format == EvalFormat::md     ? eval_report_md(*r, o.plan, info)
                             : o.format == EvalFormat::json ? eval_report_json(*r, o.plan, info)

@@ -142,6 +142,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     ko.pool.page_bytes = o.kv_page_bytes;
     // No map-ahead headroom: the scheduler counts pages exactly (scheduler.h).
     ko.headroom_pages = 0;
+    ko.with_positions = o.kv_positions;
     if (o.prefix_cache) {
         const std::string why = VAttentionKv::prefix_block_check(shape, o.kv_page_bytes, o.prefix_block);
         if (why.empty()) {
@@ -163,6 +164,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
                               static_cast<long long>(im.kv->seq_pages_for_rows(1)));
     }
     im.ws = model.make_workspace(o.max_batch_tokens, o.max_seqs);
+    im.ws->act_precision = o.act_precision;
     im.pool = std::make_unique<ThreadPool>(o.n_threads);
     if (o.swap_bytes < 0)
         return Status::errorf("engine: swap_bytes (--swap-space) must be >= 0, got %lld",

@@ -37,6 +37,7 @@
 
 #include "sieve/core/status.h"
 #include "sieve/engine/sampler.h"
+#include "sieve/kernels/cpu/ops.h"
 #include "sieve/kernels/cpu/row_type.h"
 #include "sieve/sparse/policy.h"
 
@@ -61,6 +62,12 @@ struct EngineOptions {
     // starting with the same tokens map them instead of computing them.
     bool prefix_cache = true;       // --no-prefix-cache turns it off
     int64_t prefix_block = 16;      // tokens per cached block
+    // Evaluation settings (sieve eval): f32 activations through dequantized
+    // weights (the exact model, as a float reference computes it), and an
+    // int32 position per KV row so on_prefilled can see which rows a policy
+    // kept. Neither changes a result bit of the q8 path.
+    cpu::ActPrecision act_precision = cpu::ActPrecision::q8;
+    bool kv_positions = false;
 };
 
 enum class FinishReason { none, stop, length, cancelled, error };

@@ -1,5 +1,7 @@
 #include "sieve/eval/eval_report.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "sieve/core/status.h"
@@ -248,6 +250,28 @@ std::string eval_sample_jsonl(const EvalSample &s, int64_t n_forced) {
                     {"answers", s.answers},
                     {"needles", needles}};
     return dump(j, -1) + "\n";
+}
+
+std::string eval_kept_jsonl(const EvalResult &r) {
+    std::string out;
+    for (const EvalSampleResult &s : r.samples) {
+        if (s.kept_positions.empty()) continue;
+        json lanes = json::array();
+        for (std::vector<int32_t> p : s.kept_positions) {
+            std::sort(p.begin(), p.end());
+            lanes.push_back(p);
+        }
+        const json j = {{"policy", r.rows[static_cast<size_t>(s.row)].policy},
+                        {"task", s.task},
+                        {"ctx", s.ctx},
+                        {"seed", s.seed},
+                        {"n_prompt", s.n_prompt},
+                        {"n_layer", r.n_layer},
+                        {"n_head_kv", r.n_head_kv},
+                        {"kept", lanes}};
+        out += dump(j, -1) + "\n";
+    }
+    return out;
 }
 
 }  // namespace sieve

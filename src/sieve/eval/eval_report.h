@@ -35,4 +35,10 @@ std::string eval_report_jsonl(const EvalResult &r);
 // (ppl). eval/kvpress_check.py reads these.
 std::string eval_sample_jsonl(const EvalSample &s, int64_t n_forced);
 
+// --dump-kept: one line per (policy, sample) that recorded kept positions:
+// policy, task, ctx, seed, n_prompt, n_layer, n_head_kv and "kept", the
+// prompt positions each lane (layer-major, then KV head) holds after the
+// after-prefill point, ascending. eval/kvpress_check.py --overlap reads it.
+std::string eval_kept_jsonl(const EvalResult &r);
+
 }  // namespace sieve

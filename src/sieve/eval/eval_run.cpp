@@ -35,6 +35,7 @@ struct Job {
     std::string text;
     std::vector<int32_t> tokens;
     std::vector<int64_t> rows_kept;
+    std::vector<std::vector<int32_t>> kept_positions;  // only when the engine keeps positions
     int64_t rows_dense = 0;
     std::string error;
     // forced runs: per-step comparison with the reference
@@ -50,6 +51,13 @@ void record_rows(Job *job, const KvCache &kv, int slot) {
         for (int64_t h = 0; h < sh.n_head_kv; ++h)
             job->rows_kept[static_cast<size_t>(l * sh.n_head_kv + h)] = kv.n_rows(slot, l, h);
     job->rows_dense = kv.n_pos(slot);
+    if (kv.positions(slot, 0, 0) == nullptr) return;
+    job->kept_positions.resize(job->rows_kept.size());
+    for (int64_t l = 0; l < sh.n_layer; ++l)
+        for (int64_t h = 0; h < sh.n_head_kv; ++h) {
+            const int32_t *pos = kv.positions(slot, l, h);
+            job->kept_positions[static_cast<size_t>(l * sh.n_head_kv + h)].assign(pos, pos + kv.n_rows(slot, l, h));
+        }
 }
 
 // Submits every job at once (one submit_all, so the first step's batch does
@@ -343,6 +351,7 @@ Status run_policy(const CellContext &c, const std::vector<CellSample> &cell, int
         const bool own_free = free_of[i] != SIZE_MAX;
         EvalSampleResult r = sample_result(row, cs, own_free ? free_jobs[free_of[i]] : f);
         r.rows_kept = f.rows_kept;
+        r.kept_positions = f.kept_positions;
         r.rows_dense = f.rows_dense;
         r.steps = f.acc.result();
         if (!f.error.empty()) r.error = f.error;

@@ -77,6 +77,9 @@ struct EvalSampleResult {
     int64_t n_gen = 0;               // its tokens
     StepMetrics steps;               // forced run vs the reference (the reference row: only NLL)
     std::vector<int64_t> rows_kept;  // [n_layer * n_head_kv] after the policy acted
+    // [n_layer * n_head_kv]: the prompt positions those rows hold, only when
+    // the engine keeps positions (EngineOptions::kv_positions; --dump-kept).
+    std::vector<std::vector<int32_t>> kept_positions;
     int64_t rows_dense = 0;          // per lane: the prompt's rows
     double prefill_ms = 0, decode_ms = 0;
     std::string error;  // a request the engine failed (the sample counts as wrong)

@@ -96,6 +96,10 @@ int32_t *ContiguousKv::positions(int seq, int64_t layer, int64_t kv_head) {
     const size_t l = lane_index(seq, layer, kv_head);
     return positions_.empty() ? nullptr : positions_.data() + l * static_cast<size_t>(n_ctx_);
 }
+const int32_t *ContiguousKv::positions(int seq, int64_t layer, int64_t kv_head) const {
+    const size_t l = lane_index(seq, layer, kv_head);
+    return positions_.empty() ? nullptr : positions_.data() + l * static_cast<size_t>(n_ctx_);
+}
 
 int64_t ContiguousKv::n_pos(int seq) const {
     check_slot(seq);

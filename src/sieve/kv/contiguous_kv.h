@@ -30,6 +30,7 @@ public:
     void *k_data(int seq, int64_t layer, int64_t kv_head) override;
     void *v_data(int seq, int64_t layer, int64_t kv_head) override;
     int32_t *positions(int seq, int64_t layer, int64_t kv_head) override;
+    const int32_t *positions(int seq, int64_t layer, int64_t kv_head) const override;
     int64_t n_pos(int seq) const override;
     int64_t n_rows(int seq, int64_t layer, int64_t kv_head) const override;
     void set_n_pos(int seq, int64_t n) override;

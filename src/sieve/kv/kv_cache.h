@@ -82,6 +82,7 @@ public:
     // moved with its row by compact(). nullptr when the store was created
     // without positions (the forward pass then does not write them).
     virtual int32_t *positions(int seq, int64_t layer, int64_t kv_head) = 0;
+    virtual const int32_t *positions(int seq, int64_t layer, int64_t kv_head) const = 0;
 
     // The slot's next position (tokens the sequence has seen).
     virtual int64_t n_pos(int seq) const = 0;

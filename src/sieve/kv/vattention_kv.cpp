@@ -410,6 +410,10 @@ int32_t *VAttentionKv::positions(int seq, int64_t layer, int64_t kv_head) {
     const size_t l = lane_index(seq, layer, kv_head, 0) / 2;
     return positions_.empty() ? nullptr : positions_[l].data();
 }
+const int32_t *VAttentionKv::positions(int seq, int64_t layer, int64_t kv_head) const {
+    const size_t l = lane_index(seq, layer, kv_head, 0) / 2;
+    return positions_.empty() ? nullptr : positions_[l].data();
+}
 
 int64_t VAttentionKv::n_pos(int seq) const {
     check_slot(seq);

@@ -36,7 +36,8 @@ struct EvictionParams {
     double keep = 0.25;        // fraction of the prompt's rows a lane keeps (when budget < 0)
     int64_t budget = -1;       // rows per lane; -1: keep * rows
     int64_t window = 32;       // observation window (snapkv family)
-    int64_t pool = 7;          // max-pool kernel over keys (snapkv family)
+    int64_t pool = 7;          // pooling kernel over keys (snapkv family)
+    sparse::Pooling pooling = sparse::Pooling::max;  // max (SnapKV's clustering) or avg (kvpress's)
     sparse::GroupAgg agg = sparse::GroupAgg::mean;  // a GQA group's query heads -> one KV-head score
     int64_t sink = 4;          // streaming: first rows always kept
     int64_t recent = -1;       // streaming / h2o: newest rows always kept; -1: budget - sink / budget / 2

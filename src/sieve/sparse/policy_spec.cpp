@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 namespace sieve {
 
@@ -59,6 +60,19 @@ Status parse_real(const KvPolicySpec &spec, const char *key, double lo, double h
     return Status();
 }
 
+// key=NAME for one of two names; the error lists both in the given order.
+template <class E>
+Status parse_choice(const KvPolicySpec &spec, const char *key, const std::pair<const char *, E> (&names)[2], E *out) {
+    auto it = spec.params.find(key);
+    if (it == spec.params.end()) return Status();
+    for (const auto &[name, value] : names)
+        if (it->second == name) {
+            *out = value;
+            return Status();
+        }
+    return Status::errorf("%s=%s: expected %s or %s", key, it->second.c_str(), names[0].first, names[1].first);
+}
+
 constexpr int64_t k_max_rows = int64_t{1} << 30;
 
 // The keys every eviction policy shares; `kind` picks the defaults and checks.
@@ -79,14 +93,9 @@ Result<KvPolicyPtr> make_eviction(const KvPolicySpec &spec, EvictionKind kind) {
     SIEVE_TRY(parse_int(spec, "recent", 0, k_max_rows, &p.recent));
     SIEVE_TRY(parse_int(spec, "full_layers", 0, 4096, &p.full_layers));
     SIEVE_TRY(parse_real(spec, "beta", 1.0, 1e6, false, &p.beta));
-    if (auto it = spec.params.find("agg"); it != spec.params.end()) {
-        if (it->second == "mean")
-            p.agg = sparse::GroupAgg::mean;
-        else if (it->second == "max")
-            p.agg = sparse::GroupAgg::max;
-        else
-            return Status::errorf("agg=%s: expected mean or max", it->second.c_str());
-    }
+    SIEVE_TRY(parse_choice(spec, "agg", {{"mean", sparse::GroupAgg::mean}, {"max", sparse::GroupAgg::max}}, &p.agg));
+    SIEVE_TRY(parse_choice(spec, "pooling", {{"max", sparse::Pooling::max}, {"avg", sparse::Pooling::avg}},
+                           &p.pooling));
     if (kind == EvictionKind::streaming) {
         if (p.recent >= 0 && (has_keep || has_budget))
             return Status::error("streaming: give recent=W (the window after the sinks) or keep/budget (sinks + "
@@ -169,13 +178,13 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
         {"streaming", {"keep", "budget", "sink", "recent", "full_layers"},
          "StreamingLLM: the first sink rows + a recent window, sliding while decoding (default sink=4, keep=0.25)",
          make_streaming},
-        {"snapkv", {"keep", "budget", "window", "pool", "agg", "full_layers"},
-         "SnapKV: top rows per KV head by the last window queries' attention, max-pooled, + the window "
-         "(default keep=0.25, window=32, pool=7, agg=mean)",
+        {"snapkv", {"keep", "budget", "window", "pool", "pooling", "agg", "full_layers"},
+         "SnapKV: top rows per KV head by the last window queries' attention, pooled, + the window "
+         "(default keep=0.25, window=32, pool=7, pooling=max, agg=mean)",
          make_snapkv},
-        {"pyramidkv", {"keep", "budget", "window", "pool", "agg", "beta", "full_layers"},
+        {"pyramidkv", {"keep", "budget", "window", "pool", "pooling", "agg", "beta", "full_layers"},
          "PyramidKV: SnapKV scores, budget falling with depth, same total (default beta=20)", make_pyramidkv},
-        {"layerwise", {"keep", "budget", "window", "pool", "agg", "full_layers"},
+        {"layerwise", {"keep", "budget", "window", "pool", "pooling", "agg", "full_layers"},
          "the first full_layers layers dense, a SnapKV budget after (default full_layers=3)", make_layerwise},
         {"h2o", {"keep", "budget", "recent", "agg", "full_layers"},
          "H2O: heavy hitters by attention over every query + recent rows, evicting while decoding (default "

@@ -40,6 +40,18 @@ void max_pool(const float *s, int64_t n, int64_t kernel, float *out) {
     }
 }
 
+void avg_pool(const float *s, int64_t n, int64_t kernel, float *out) {
+    SIEVE_CHECKF(kernel >= 1 && kernel % 2 == 1, "avg_pool: kernel %lld must be odd", static_cast<long long>(kernel));
+    const int64_t r = kernel / 2;
+    // Each window summed on its own (kernel adds per key; a running sum
+    // would drift and make ties depend on n).
+    for (int64_t j = 0; j < n; ++j) {
+        float sum = 0.0f;
+        for (int64_t i = std::max<int64_t>(0, j - r); i <= std::min(n - 1, j + r); ++i) sum += s[i];
+        out[j] = sum / static_cast<float>(kernel);
+    }
+}
+
 std::vector<int32_t> keep_rows(const float *score, int64_t n, int64_t n_keep, int64_t n_sink, int64_t n_recent) {
     std::vector<int32_t> rows;
     if (n_keep >= n) {

@@ -19,6 +19,14 @@ void group_scores(const float *const *heads, int64_t n_heads, int64_t n, GroupAg
 // too). kernel must be odd and >= 1; kernel 1 copies.
 void max_pool(const float *s, int64_t n, int64_t kernel, float *out);
 
+// out[j] = (sum of s[j - kernel/2 .. j + kernel/2] clipped to [0, n)) /
+// kernel: torch's avg_pool1d with zero padding counted, as SnapKV's
+// `avgpool` and kvpress's SnapKVPress smooth scores (keys near either end
+// average in zeros). kernel odd and >= 1; kernel 1 copies.
+void avg_pool(const float *s, int64_t n, int64_t kernel, float *out);
+
+enum class Pooling { max, avg };
+
 // The rows a lane of n rows keeps, ascending: every row in [0, n_sink) and in
 // [n - n_recent, n), plus the n_keep - (those) rows of the rest with the
 // highest score (ties: the lower row). score may be null when nothing is
