@@ -9,6 +9,9 @@ greedy answers with sieve's rule (every expected string appears verbatim in
 the output, RULER's string_match_all). It prints accuracy side by side:
 sieve dense, transformers dense, and each press at each compression ratio,
 with the Wilson 95% interval, and how many dense outputs are identical text.
+With --sieve-policies sieve also runs its counterpart of each press at each
+ratio (snapkv, streaming, pyramidkv with the press's settings) on the same
+samples, and the table shows them beside the presses.
 
     python3 eval/kvpress_check.py -m ~/.cache/sieve/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \\
         --task passkey,niah_multikey --ctx 4096 --samples 20 \\
@@ -25,7 +28,8 @@ question-agnostic setting and is not what sieve's policies are compared on.
 
 --overlap compares which rows are kept instead of accuracy: sieve eval runs
 SnapKV with kvpress's settings (`snapkv:keep=1-R,window=64,pool=5,
-pooling=avg,agg=mean`) with exact activations (`--exact`) and f32 KV, and
+pooling=avg,agg=mean`) with exact activations (`--exact`) and f32 KV (or,
+with --mode serving, as `sieve serve` runs: 8-bit activations, f16 KV), and
 writes the prompt positions each (layer, KV head) lane kept
 (`--dump-kept`); the same prompt ids are prefilled through transformers
 under kvpress's SnapKVPress(compression_ratio=R), whose scores are recorded
@@ -67,11 +71,24 @@ def sieve_snapkv_spec(args, ratio):
     return (f"snapkv:keep={1 - ratio:g},window={args.window},pool={args.kernel},pooling=avg,agg=mean")
 
 
-def run_sieve(args, dump_path, policies=("dense",), extra=()):
+def sieve_counterpart(args, press, ratio):
+    """sieve's policy spec for a kvpress press at a compression ratio, with the
+    press's default settings; None when sieve has no such policy."""
+    keep = f"keep={1 - ratio:g}"
+    if press == "snapkv":
+        return sieve_snapkv_spec(args, ratio)
+    if press == "streamingllm":
+        return f"streaming:{keep},sink=4"  # StreamingLLMPress(n_sink=4)
+    if press == "pyramidkv":
+        return f"pyramidkv:{keep},window={args.window},pool={args.kernel},pooling=avg,agg=mean,beta=20"
+    return None
+
+
+def run_sieve(args, dump_path, policies=("dense",), extra=(), kv_type="f32"):
     """sieve eval on the same samples; returns its JSON result."""
     cmd = [args.sieve, "eval", "-m", args.model, "--task", args.task, "--ctx", args.ctx,
            "--samples", str(args.samples), "--seed", str(args.seed),
-           "-ctk", "f32", "-o", "json", "--dump-samples", dump_path]
+           "-ctk", kv_type, "-o", "json", "--dump-samples", dump_path]
     for p in policies:
         cmd += ["--kv-policy", p]
     cmd += list(extra)
@@ -202,11 +219,12 @@ def overlap(args, model):
         with tempfile.TemporaryDirectory() as tmp:
             dump, kept_path = os.path.join(tmp, "samples.jsonl"), os.path.join(tmp, "kept.jsonl")
             t0 = time.time()
-            exact = ("--exact",) if args.activations == "exact" else ()
-            run_sieve(args, dump, policies=(spec,), extra=exact + ("--ref-cache-type", "f32",
-                                                                   "--dump-kept", kept_path))
-            print(f"sieve eval ({spec}, {args.activations} activations) took {time.time() - t0:.1f} s",
-                  file=sys.stderr)
+            # exact: f32 activations and f32 KV (the model transformers computes);
+            # serving: what `sieve serve` runs by default (8-bit activations, f16 KV).
+            exact = args.mode == "exact"
+            run_sieve(args, dump, policies=(spec,), kv_type="f32" if exact else "f16",
+                      extra=(("--exact",) if exact else ()) + ("--ref-cache-type", "f32", "--dump-kept", kept_path))
+            print(f"sieve eval ({spec}, {args.mode} mode) took {time.time() - t0:.1f} s", file=sys.stderr)
             samples = {(s["task"], s["seed"]): s for s in load_samples(dump)}
             with open(kept_path) as f:
                 sieve_kept = [json.loads(line) for line in f if line.strip()]
@@ -232,7 +250,7 @@ def overlap(args, model):
                    "n_prompt": k["n_prompt"], "n_kept_kvpress": len(hf[0][0]),
                    "n_kept_sieve": len(k["kept"][0]), "overlap_mean": sum(fr) / len(fr),
                    "overlap_min": min(fr), "lanes_ge_95": sum(f >= 0.95 for f in fr) / len(fr),
-                   "control_mean": sum(control) / len(control), "activations": args.activations,
+                   "control_mean": sum(control) / len(control), "mode": args.mode,
                    "per_lane": fr}
             rows.append(row)
             print(f"{k['task']} @{k['ctx']} seed {k['seed']} ratio {ratio:g}: overlap mean "
@@ -262,11 +280,15 @@ def report(sieve_json, results, dense_text):
     """Markdown table: one row per cell, sieve dense then every press."""
     labels = sorted({k[0] for k in results}, key=lambda l: (l != "dense", l))
     sieve_cells = {(c["task"], c["ctx"]): c for c in sieve_json["cells"] if c["reference"]}
+    # sieve's own policies on the same samples (--sieve-policies), in run order.
+    sieve_rows = [r["policy"] for r in sieve_json["config"]["rows"] if not r["reference"] and r["policy"] != "dense"]
+    sieve_pol = {(c["policy"], c["task"], c["ctx"]): c for c in sieve_json["cells"] if not c["reference"]}
     same = sum(1 for s in sieve_json["samples"] if s["reference"]
                and dense_text.get((s["task"], s["ctx"], s["seed"])) is not None
                and dense_text[(s["task"], s["ctx"], s["seed"])].strip() == s["output"].strip())
-    lines = ["| task | ctx | sieve dense | " + " | ".join(f"hf {l}" for l in labels) + " |",
-             "|---|---:|---|" + "---|" * len(labels)]
+    lines = ["| task | ctx | sieve dense | " + "".join(f"sieve {p} | " for p in sieve_rows)
+             + " | ".join(f"hf {l}" for l in labels) + " |",
+             "|---|---:|---|" + "---|" * (len(sieve_rows) + len(labels))]
 
     def fmt(k, n):
         lo, hi = wilson(k, n)
@@ -274,6 +296,9 @@ def report(sieve_json, results, dense_text):
 
     for (task, ctx), c in sorted(sieve_cells.items()):
         row = [task, str(ctx), fmt(c["n_correct"], c["n_scored"])]
+        for p in sieve_rows:
+            pc = sieve_pol.get((p, task, ctx))
+            row.append(fmt(pc["n_correct"], pc["n_scored"]) if pc else "—")
         for l in labels:
             v = results.get((l, task, ctx), [])
             row.append(fmt(sum(v), len(v)))
@@ -297,12 +322,16 @@ def main():
     ap.add_argument("--ratio", default="0.5", help="compression ratios (fraction of rows removed), comma-separated")
     ap.add_argument("--attn", default="eager", help="transformers attention implementation (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--sieve-policies", action="store_true",
+                    help="also run sieve's counterpart of each press (snapkv, streamingllm, pyramidkv) at each "
+                         "ratio, with the press's settings, on the same samples")
     ap.add_argument("--overlap", action="store_true",
                     help="compare the rows SnapKV keeps (sieve vs kvpress) instead of accuracy")
     ap.add_argument("--window", type=int, default=64, help="SnapKV observation window (kvpress's default)")
     ap.add_argument("--kernel", type=int, default=5, help="SnapKV pooling kernel (kvpress's default)")
-    ap.add_argument("--activations", choices=("exact", "q8"), default="exact",
-                    help="--overlap: sieve's activations, exact (f32, as transformers) or q8 (its fast default)")
+    ap.add_argument("--mode", choices=("exact", "serving"), default="exact",
+                    help="--overlap: sieve exact (f32 activations and KV, as transformers) or as it serves "
+                         "(8-bit activations, f16 KV)")
     ap.add_argument("-o", "--output", default="", help="also write the raw results as JSON")
     args = ap.parse_args()
     args.press = [p for p in args.press.split(",") if p]
@@ -323,7 +352,11 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "samples.jsonl")
         t0 = time.time()
-        sieve_json = run_sieve(args, dump)
+        policies = ["dense"]
+        if args.sieve_policies:
+            policies += [p for p in (sieve_counterpart(args, n, r) for n in args.press if n != "dense"
+                                     for r in args.ratio) if p]
+        sieve_json = run_sieve(args, dump, policies=policies)
         print(f"sieve eval took {time.time() - t0:.1f} s", file=sys.stderr)
         samples = load_samples(dump)
     model, tok = load_hf(args)
