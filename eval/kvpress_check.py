@@ -169,7 +169,8 @@ def evaluate(args, samples, model, tok):
     """{(press label, task, ctx): [correct...]} and the dense outputs per sample."""
     results, dense_text = {}, {}
     eos = eos_token_ids(model, tok)
-    runs = [("dense", 0.0)] + [(p, r) for p in args.press if p != "dense" for r in args.ratio]
+    runs = ([("dense", 0.0)] if "dense" in args.press else []) + \
+        [(p, r) for p in args.press if p != "dense" for r in args.ratio]
     for i, s in enumerate(samples):
         max_tokens = args.max_tokens or default_max_tokens(s["task"])
         for name, ratio in runs:
@@ -303,8 +304,9 @@ def report(sieve_json, results, dense_text):
             v = results.get((l, task, ctx), [])
             row.append(fmt(sum(v), len(v)))
         lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
-    lines.append(f"dense outputs identical in text (sieve f32 KV vs transformers f32): {same} of {len(dense_text)}")
+    if dense_text:
+        lines.append("")
+        lines.append(f"dense outputs identical in text (sieve f32 KV vs transformers f32): {same} of {len(dense_text)}")
     return "\n".join(lines)
 
 
