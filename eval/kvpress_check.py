@@ -40,8 +40,9 @@ a lane's kept positions that both chose, and the share of lanes at >= 95%.
     python3 eval/kvpress_check.py -m ~/.cache/sieve/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \\
         --task passkey,niah_multikey --ctx 4096 --samples 2 --overlap --ratio 0.5 -o overlap.json
 
-Needs: pip install torch transformers gguf kvpress (CPU torch is enough for
-<= 4k tokens on a 0.5B model; see docs/accuracy.md for what it took).
+Needs kvpress, torch, transformers and gguf: eval/install_kvpress.sh puts the
+versions docs/accuracy.md ran with in a virtual environment and prints its
+python (CPU torch is enough for <= 4k tokens on a 0.5B model).
 """
 import argparse
 import json
