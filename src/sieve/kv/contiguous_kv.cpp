@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <utility>
 
 namespace sieve {
 
@@ -93,8 +94,7 @@ void *ContiguousKv::k_data(int seq, int64_t layer, int64_t kv_head) { return lan
 void *ContiguousKv::v_data(int seq, int64_t layer, int64_t kv_head) { return lane(seq, layer, kv_head, 1); }
 
 int32_t *ContiguousKv::positions(int seq, int64_t layer, int64_t kv_head) {
-    const size_t l = lane_index(seq, layer, kv_head);
-    return positions_.empty() ? nullptr : positions_.data() + l * static_cast<size_t>(n_ctx_);
+    return const_cast<int32_t *>(std::as_const(*this).positions(seq, layer, kv_head));
 }
 const int32_t *ContiguousKv::positions(int seq, int64_t layer, int64_t kv_head) const {
     const size_t l = lane_index(seq, layer, kv_head);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "sieve/core/timer.h"
 #include "sieve/kv/kv_swap.h"
@@ -407,8 +408,7 @@ void *VAttentionKv::v_data(int seq, int64_t layer, int64_t kv_head) {
 }
 
 int32_t *VAttentionKv::positions(int seq, int64_t layer, int64_t kv_head) {
-    const size_t l = lane_index(seq, layer, kv_head, 0) / 2;
-    return positions_.empty() ? nullptr : positions_[l].data();
+    return const_cast<int32_t *>(std::as_const(*this).positions(seq, layer, kv_head));
 }
 const int32_t *VAttentionKv::positions(int seq, int64_t layer, int64_t kv_head) const {
     const size_t l = lane_index(seq, layer, kv_head, 0) / 2;

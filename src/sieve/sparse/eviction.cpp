@@ -103,12 +103,8 @@ Status EvictionPolicy::evict_layer(const PolicyContext &ctx, int64_t layer, int6
             pooled.resize(static_cast<size_t>(group * std::max<int64_t>(n_cand, 1)));
             for (int64_t h = 0; h < group; ++h) {
                 float *dst = pooled.data() + h * std::max<int64_t>(n_cand, 1);
-                if (n_cand > 0) {
-                    if (p_.pooling == sparse::Pooling::avg)
-                        sparse::avg_pool(st->head_acc(layer, g * group + h), n_cand, p_.pool, dst);
-                    else
-                        sparse::max_pool(st->head_acc(layer, g * group + h), n_cand, p_.pool, dst);
-                }
+                const auto pool_fn = p_.pooling == sparse::Pooling::avg ? sparse::avg_pool : sparse::max_pool;
+                if (n_cand > 0) pool_fn(st->head_acc(layer, g * group + h), n_cand, p_.pool, dst);
                 heads[static_cast<size_t>(h)] = dst;
             }
             if (n_cand > 0) sparse::group_scores(heads.data(), group, n_cand, p_.agg, score.data());
