@@ -56,3 +56,11 @@ sieve_eval_test(bad_format 2 "" "-o: expected md, json or jsonl, got 'csv'" ${ev
 sieve_eval_test(bad_ref_type 2 "" "--ref-cache-type: expected f16, bf16, f32, q8_0 or q4_0, got 'q8'" ${eval_small} --ref-cache-type q8)
 sieve_eval_test(unknown_flag 2 "" "unknown option '--bogus'" ${eval_small} --bogus)
 sieve_eval_test(missing_model 1 "" "cannot open 'no-such-file\\.gguf'" -m no-such-file.gguf --samples 1)
+
+# Rows share the prompt KV through the prefix cache (the default): every
+# sample's result equals --no-prefix-cache's, field for field.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME cli.eval.share_prefill
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/eval_share_prefill.py $<TARGET_FILE:sieve> ${eval_stories})
+  set_tests_properties(cli.eval.share_prefill PROPERTIES LABELS cli)
+endif()

@@ -73,6 +73,9 @@ void eval_usage(FILE *out) {
                  "                            head, one JSON line per (policy, sample)\n"
                  "  --exact                   f32 activations through dequantized weights (the exact model,\n"
                  "                            as a float reference computes it; slower) instead of 8-bit\n"
+                 "  --no-prefix-cache         every run computes its whole prompt (by default the rows of a\n"
+                 "                            KV type share an engine and map the prompt KV an earlier row\n"
+                 "                            computed; a policy computes only the queries it scores)\n"
                  "  -np, --parallel N         samples decoded together (default 8)\n"
                  "  -t, --threads N           compute threads (default: every core)\n"
                  "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32, q8_0, q4_0\n"
@@ -186,6 +189,10 @@ Status parse_options(int argc, char **argv, EvalOptions *o) {
         }
         if (f == "--exact") {
             p.engine.act_precision = cpu::ActPrecision::f32;
+            continue;
+        }
+        if (f == "--no-prefix-cache") {
+            p.share_prefill = false;
             continue;
         }
         const bool is_list = f == "--task" || f == "--ctx" || f == "--kv-policy" || f == "--depths";

@@ -111,6 +111,8 @@ json config_json(const EvalResult &r, const EvalPlan &plan, const EvalReportInfo
             {"n_parallel", info.n_parallel},
             {"cache_type", cpu::row_type_name(plan.engine.kv_type)},
             {"ref_cache_type", cpu::row_type_name(plan.ref_kv_type)},
+            {"exact", plan.engine.act_precision == cpu::ActPrecision::f32},
+            {"share_prefill", plan.share_prefill},
             {"rows", rows},
             {"wall_s", r.wall_s}};
 }
@@ -181,6 +183,7 @@ json sample_json(const EvalResult &r, const EvalSampleResult &s) {
             {"rows_dense", s.rows_dense},
             {"rows_kept", rows},
             {"compression", kept > 0 ? dense / static_cast<double>(kept) : 0.0},
+            {"cached_tokens", s.cached_tokens},
             {"prefill_ms", s.prefill_ms},
             {"decode_ms", s.decode_ms},
             {"error", s.error}};

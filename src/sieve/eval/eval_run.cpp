@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "sieve/core/timer.h"
+#include "sieve/kv/vattention_kv.h"
 #include "sieve/model/model.h"
 
 namespace sieve {
@@ -37,6 +38,7 @@ struct Job {
     std::vector<int64_t> rows_kept;
     std::vector<std::vector<int32_t>> kept_positions;  // only when the engine keeps positions
     int64_t rows_dense = 0;
+    int64_t n_cached = 0;  // prompt tokens the prefix cache supplied
     std::string error;
     // forced runs: per-step comparison with the reference
     const CellSample *ref = nullptr;
@@ -81,6 +83,7 @@ Result<int64_t> run_jobs(Engine &engine, std::vector<Job> &jobs, const std::func
             j->tokens.insert(j->tokens.end(), ev.tokens.begin(), ev.tokens.end());
             if (ev.finished) {
                 j->t_done_us = now;
+                j->n_cached = ev.n_cached_tokens;
                 if (ev.finish_reason == FinishReason::error || ev.finish_reason == FinishReason::cancelled)
                     j->error = ev.error.empty() ? finish_reason_name(ev.finish_reason) : ev.error;
                 ++n_done;
@@ -158,10 +161,13 @@ Result<std::vector<CellSample>> make_cell(const EvalPlan &plan, const std::strin
 EngineOptions cell_engine_options(const EvalPlan &plan, const std::vector<CellSample> &cell,
                                   int64_t max_tokens) {
     EngineOptions eo = plan.engine;
-    // Every policy run computes its prompts itself: a prefix cached by the
-    // dense run would change the measured prefill time and the chunking the
-    // bit-for-bit comparisons rely on.
-    eo.prefix_cache = false;
+    // share_prefill: the rows of a cell run in one engine per KV type, and a
+    // row's prompt KV comes from the prefix cache where an earlier row of the
+    // same type computed it (a policy that scores queries computes those
+    // itself: reusable_prefix). Prefill bits do not depend on how a prompt is
+    // cut, nor a token's on its batch, so dense still gives the reference's
+    // logits bit for bit. Off: every run computes its whole prompt.
+    eo.prefix_cache = plan.share_prefill;
     int64_t longest = 0;
     for (const CellSample &cs : cell)
         longest = std::max(longest, static_cast<int64_t>(cs.prompt.size() + cs.tail.size()));
@@ -181,6 +187,7 @@ EvalSampleResult sample_result(int row, const CellSample &cs, const Job &timing)
     r.n_prompt = static_cast<int64_t>(cs.prompt.size());
     r.rows_kept = timing.rows_kept;
     r.rows_dense = timing.rows_dense;
+    r.cached_tokens = timing.n_cached;
     r.error = timing.error;
     if (timing.t_first_us > 0) {
         r.prefill_ms = static_cast<double>(timing.t_first_us - timing.t_submit_us) / 1e3;
@@ -202,61 +209,103 @@ bool reuses_reference(const KvPolicyPtr &policy, cpu::RowType kv_type, const Eva
     return !policy && kv_type == plan.ref_kv_type;
 }
 
+// The engine a run uses. Sharing (plan.share_prefill): one engine alive at
+// a time, kept while the runs of a group of samples use its KV type, so its
+// prefix cache holds the group's prompts; a run of another type, or the
+// next group, starts a fresh one (the pool then holds no prompt that no
+// later row needs). Not sharing: a fresh engine per run.
+class CellEngines {
+public:
+    CellEngines(const Model &model, const Tokenizer &tok, const EvalPlan &plan, EngineOptions eo)
+        : model_(model), tok_(tok), plan_(plan), eo_(std::move(eo)) {}
+
+    void next_group() { engine_.reset(); }
+
+    Result<Engine *> get(cpu::RowType kv_type) {
+        if (engine_ && plan_.share_prefill && kv_type == type_) return engine_.get();
+        engine_.reset();  // one KV pool and one thread pool at a time
+        EngineOptions eo = eo_;
+        eo.kv_type = kv_type;
+        eo.kv_policy = nullptr;  // every request names its own
+        if (plan_.share_prefill && eo.kv_memory_bytes == 0) {
+            // The running sequences' contexts, the group's prompts that the
+            // cache keeps for the rows after the first, and the lanes a
+            // policy compacts beside the cached pages they leave.
+            const KvShape shape = model_.kv_shape(eo.max_seqs, kv_type);
+            eo.kv_memory_bytes =
+                3 * eo.max_seqs * VAttentionKv::seq_pages_for_rows(shape, eo.kv_page_bytes, eo.max_ctx) *
+                eo.kv_page_bytes;
+        }
+        Result<std::unique_ptr<Engine>> e = Engine::create(model_, tok_, eo);
+        if (!e.ok()) return e.status().with_context("engine for the eval");
+        engine_ = std::move(*e);
+        type_ = kv_type;
+        return engine_.get();
+    }
+
+private:
+    const Model &model_;
+    const Tokenizer &tok_;
+    const EvalPlan &plan_;
+    const EngineOptions eo_;
+    std::unique_ptr<Engine> engine_;
+    cpu::RowType type_ = cpu::RowType::f16;
+};
+
+// A row's runs over a cell, summed over its groups of samples.
+struct RowRun {
+    int64_t peak_kv_bytes = 0;
+    double wall_ms = 0;
+};
+
 struct CellContext {
     const Model &model;
     const std::vector<KvPolicyPtr> &policies;  // [row - 1]
-    const Tokenizer &tok;
     const EvalPlan &plan;
     const EvalHooks &hooks;
     int64_t max_tokens;
     int64_t *n_done;
     int64_t n_total;
-    EvalResult *result;
+    const EvalResult &result;  // rows
+    CellEngines *engines;
 };
 
-Result<std::unique_ptr<Engine>> make_engine(const CellContext &c, const std::vector<CellSample> &cell,
-                                            cpu::RowType kv_type, KvPolicyPtr policy) {
-    EngineOptions eo = cell_engine_options(c.plan, cell, c.max_tokens);
-    eo.kv_type = kv_type;
-    eo.kv_policy = std::move(policy);
-    Result<std::unique_ptr<Engine>> e = Engine::create(c.model, c.tok, eo);
-    if (!e.ok()) return e.status().with_context("engine for the eval");
-    return e;
-}
-
-Status run_and_record(const CellContext &c, Engine &engine, std::vector<Job> &jobs, int row,
-                      const std::string &task, int64_t ctx, const std::string &what) {
+// Runs the jobs on the engine for kv_type; adds its peak and wall time to *run.
+Status run_on(const CellContext &c, cpu::RowType kv_type, std::vector<Job> &jobs, const std::string &what,
+              RowRun *run) {
+    Result<Engine *> engine = c.engines->get(kv_type);
+    if (!engine.ok()) return engine.status();
     const int64_t t0 = time_us();
-    Result<int64_t> peak = run_jobs(engine, jobs, [&] {
+    Result<int64_t> peak = run_jobs(**engine, jobs, [&] {
         ++*c.n_done;
         if (c.hooks.progress) c.hooks.progress(*c.n_done, c.n_total, what);
     });
     if (!peak.ok()) return peak.status();
-    c.result->runs.push_back({row, task, ctx, *peak, static_cast<double>(time_us() - t0) / 1e3});
+    run->peak_kv_bytes = std::max(run->peak_kv_bytes, *peak);
+    run->wall_ms += static_cast<double>(time_us() - t0) / 1e3;
     return Status();
 }
 
-// Step 2: the reference run; fills each sample's ref_logp / ref_tokens.
-Status run_reference(const CellContext &c, std::vector<CellSample> &cell, const std::string &task,
-                     int64_t ctx) {
-    Result<std::unique_ptr<Engine>> engine = make_engine(c, cell, c.plan.ref_kv_type, nullptr);
-    if (!engine.ok()) return engine.status();
-    std::vector<Job> jobs(cell.size());
+// Step 2: the reference run of a group of samples; fills each sample's
+// ref_logp / ref_tokens and appends the group's reference results to *out.
+Status run_reference(const CellContext &c, CellSample *group, size_t n, const std::string &what,
+                     std::vector<EvalSampleResult> *out, RowRun *run) {
+    std::vector<Job> jobs(n);
     const int64_t n_vocab = c.model.config().n_vocab;
-    for (size_t i = 0; i < cell.size(); ++i) {
-        CellSample *cs = &cell[i];
+    for (size_t i = 0; i < n; ++i) {
+        CellSample *cs = &group[i];
         jobs[i].req = greedy_request(*cs, c.max_tokens);
+        jobs[i].req.kv_policy = KvPolicyPtr();  // dense
         cs->ref_logp.reserve(static_cast<size_t>(jobs[i].req.max_tokens * n_vocab));
-        jobs[i].req.on_logits = [cs](const float *logits, int64_t n) {
+        jobs[i].req.on_logits = [cs](const float *logits, int64_t nv) {
             const size_t at = cs->ref_logp.size();
-            cs->ref_logp.resize(at + static_cast<size_t>(n));
-            eval_log_softmax(logits, n, cs->ref_logp.data() + at);
+            cs->ref_logp.resize(at + static_cast<size_t>(nv));
+            eval_log_softmax(logits, nv, cs->ref_logp.data() + at);
         };
     }
-    SIEVE_TRY(
-        run_and_record(c, **engine, jobs, 0, task, ctx, task + " @" + std::to_string(ctx) + " reference"));
-    for (size_t i = 0; i < cell.size(); ++i) {
-        CellSample &cs = cell[i];
+    SIEVE_TRY(run_on(c, c.plan.ref_kv_type, jobs, what, run));
+    for (size_t i = 0; i < n; ++i) {
+        CellSample &cs = group[i];
         cs.ref_tokens = jobs[i].tokens;
         EvalSampleResult r = sample_result(0, cs, jobs[i]);
         score_free(&r, cs, jobs[i]);
@@ -269,90 +318,77 @@ Status run_reference(const CellContext &c, std::vector<CellSample> &cell, const 
             acc.add(lp, lp, n_vocab, cs.ref_tokens[t]);
         }
         r.steps = acc.result();
-        c.result->samples.push_back(std::move(r));
+        out->push_back(std::move(r));
     }
     return Status();
 }
 
-// Step 3: one policy (row >= 1) against the reference.
+// Step 3: one policy (row >= 1) against the reference, for a group of
+// samples whose reference results are ref[0, n); appends to *out.
 //
-// First the teacher-forced runs, alone in their engine: their batches are
-// then the reference's step for step, so a policy that keeps every row gives
-// the reference's logits bit for bit (KL exactly 0). Then a free run for the
-// samples that need one: where the policy's argmax agreed with the forced
-// token at every step, free decoding would produce exactly the reference's
-// tokens (the forced run is the free run until the first disagreement), so
-// the sample takes the reference's output and score.
-Status run_policy(const CellContext &c, const std::vector<CellSample> &cell, int row, const std::string &task,
-                  int64_t ctx) {
-    const EvalRow &er = c.result->rows[static_cast<size_t>(row)];
+// First the teacher-forced runs: each step's logits against the
+// reference's. A policy that keeps every row gives the reference's logits
+// bit for bit (KL exactly 0), whatever the batches (a token's bits depend
+// on neither its batch nor how its prompt was cut). Then a free run for
+// the samples that need one: where the policy's argmax agreed with the
+// forced token at every step, free decoding would produce exactly the
+// reference's tokens (the forced run is the free run until the first
+// disagreement), so the sample takes the reference's output and score.
+Status run_policy(const CellContext &c, const CellSample *group, size_t n, int row, const std::string &what,
+                  const EvalSampleResult *ref, std::vector<EvalSampleResult> *out, RowRun *run) {
+    const EvalRow &er = c.result.rows[static_cast<size_t>(row)];
     const KvPolicyPtr &policy = c.policies[static_cast<size_t>(row - 1)];
     const bool reuse_free = reuses_reference(policy, er.kv_type, c.plan);
-    const bool ppl = !cell[0].tail.empty();
-    // The reference rows of this cell, pushed by run_reference before any policy row.
-    const size_t ref_base =
-        c.result->samples.size() - cell.size() * static_cast<size_t>(row - 1) - cell.size();
+    const bool ppl = !group[0].tail.empty();
     const int64_t n_vocab = c.model.config().n_vocab;
-    const std::string what = task + " @" + std::to_string(ctx) + " " + er.policy;
-    const int64_t t0 = time_us();
-    int64_t peak = 0;
-    const auto run = [&](std::vector<Job> &jobs) -> Status {
-        Result<std::unique_ptr<Engine>> engine = make_engine(c, cell, er.kv_type, policy);
-        if (!engine.ok()) return engine.status();
-        Result<int64_t> pk = run_jobs(**engine, jobs, [&] {
-            ++*c.n_done;
-            if (c.hooks.progress) c.hooks.progress(*c.n_done, c.n_total, what);
-        });
-        if (!pk.ok()) return pk.status();
-        peak = std::max(peak, *pk);
-        return Status();
-    };
 
-    std::vector<Job> forced(cell.size());
-    for (size_t i = 0; i < cell.size(); ++i) {
-        const CellSample &cs = cell[i];
+    std::vector<Job> forced(n);
+    for (size_t i = 0; i < n; ++i) {
+        const CellSample &cs = group[i];
         Job &f = forced[i];
         f.ref = &cs;
         f.req = greedy_request(cs, c.max_tokens);
+        f.req.kv_policy = policy;
         f.req.forced_tokens = cs.ref_tokens;
         f.req.max_tokens = static_cast<int64_t>(cs.ref_tokens.size());
         f.log_q.resize(static_cast<size_t>(n_vocab));
         Job *fj = &f;
-        f.req.on_logits = [fj](const float *logits, int64_t n) {
+        f.req.on_logits = [fj](const float *logits, int64_t nv) {
             const size_t step = static_cast<size_t>(fj->acc.n_steps());
             if (step >= fj->ref->ref_tokens.size()) return;
-            eval_log_softmax(logits, n, fj->log_q.data());
-            fj->acc.add(fj->ref->ref_logp.data() + step * static_cast<size_t>(n), fj->log_q.data(), n,
+            eval_log_softmax(logits, nv, fj->log_q.data());
+            fj->acc.add(fj->ref->ref_logp.data() + step * static_cast<size_t>(nv), fj->log_q.data(), nv,
                         fj->ref->ref_tokens[step]);
         };
     }
-    SIEVE_TRY(run(forced));
+    SIEVE_TRY(run_on(c, er.kv_type, forced, what, run));
 
     // Free runs where the forced one left the reference's path.
-    std::vector<size_t> free_of(cell.size(), SIZE_MAX);
+    std::vector<size_t> free_of(n, SIZE_MAX);
     std::vector<Job> free_jobs;
-    for (size_t i = 0; i < cell.size() && !reuse_free && !ppl; ++i) {
+    for (size_t i = 0; i < n && !reuse_free && !ppl; ++i) {
         const StepMetrics m = forced[i].acc.result();
         const bool same_path = forced[i].error.empty() &&
-                               m.n_steps == static_cast<int64_t>(cell[i].ref_tokens.size()) && m.agreement == 1.0;
+                               m.n_steps == static_cast<int64_t>(group[i].ref_tokens.size()) && m.agreement == 1.0;
         if (same_path) continue;
         free_of[i] = free_jobs.size();
         free_jobs.emplace_back();
-        free_jobs.back().req = greedy_request(cell[i], c.max_tokens);
+        free_jobs.back().req = greedy_request(group[i], c.max_tokens);
+        free_jobs.back().req.kv_policy = policy;
     }
     // Counted as done for the progress bar either way.
-    *c.n_done += static_cast<int64_t>(reuse_free || ppl ? 0 : cell.size() - free_jobs.size());
-    if (!free_jobs.empty()) SIEVE_TRY(run(free_jobs));
-    c.result->runs.push_back({row, task, ctx, peak, static_cast<double>(time_us() - t0) / 1e3});
+    *c.n_done += static_cast<int64_t>(reuse_free || ppl ? 0 : n - free_jobs.size());
+    if (!free_jobs.empty()) SIEVE_TRY(run_on(c, er.kv_type, free_jobs, what, run));
 
-    for (size_t i = 0; i < cell.size(); ++i) {
-        const CellSample &cs = cell[i];
+    for (size_t i = 0; i < n; ++i) {
+        const CellSample &cs = group[i];
         const Job &f = forced[i];
         const bool own_free = free_of[i] != SIZE_MAX;
         EvalSampleResult r = sample_result(row, cs, own_free ? free_jobs[free_of[i]] : f);
         r.rows_kept = f.rows_kept;
         r.kept_positions = f.kept_positions;
         r.rows_dense = f.rows_dense;
+        r.cached_tokens = f.n_cached;
         r.steps = f.acc.result();
         if (!f.error.empty()) r.error = f.error;
         if (own_free) {
@@ -360,13 +396,43 @@ Status run_policy(const CellContext &c, const std::vector<CellSample> &cell, int
         } else if (ppl) {
             score_free(&r, cs, f);
         } else {
-            const EvalSampleResult &ref = c.result->samples[ref_base + i];
-            r.scored = ref.scored;
-            r.correct = ref.correct && r.error.empty();
-            r.output = ref.output;
-            r.n_gen = ref.n_gen;
+            r.scored = ref[i].scored;
+            r.correct = ref[i].correct && r.error.empty();
+            r.output = ref[i].output;
+            r.n_gen = ref[i].n_gen;
         }
-        c.result->samples.push_back(std::move(r));
+        out->push_back(std::move(r));
+    }
+    return Status();
+}
+
+// One cell: the samples in groups of -np (the slots), each group's
+// reference first and then every policy row, so the prefix cache needs to
+// hold one group's prompts; results are appended row by row.
+Status run_cell(const Model &model, const Tokenizer &tok, const std::vector<KvPolicyPtr> &policies,
+                const EvalPlan &plan, const EvalHooks &hooks, std::vector<CellSample> &cell,
+                const std::string &task, int64_t ctx, int64_t *n_done, int64_t n_total, EvalResult *result) {
+    const int64_t max_tokens = plan.max_tokens > 0 ? plan.max_tokens : eval_task_max_tokens(task);
+    CellEngines engines(model, tok, plan, cell_engine_options(plan, cell, max_tokens));
+    const CellContext c{model, policies, plan, hooks, max_tokens, n_done, n_total, *result, &engines};
+    const size_t n_rows = result->rows.size();
+    std::vector<std::vector<EvalSampleResult>> by_row(n_rows);
+    std::vector<RowRun> runs(n_rows);
+    const size_t group = static_cast<size_t>(std::max(1, plan.engine.max_seqs));
+    const std::string at = task + " @" + std::to_string(ctx) + " ";
+    for (size_t g0 = 0; g0 < cell.size(); g0 += group) {
+        const size_t n = std::min(group, cell.size() - g0);
+        engines.next_group();
+        SIEVE_TRY(run_reference(c, cell.data() + g0, n, at + "reference", &by_row[0], &runs[0]));
+        for (size_t row = 1; row < n_rows; ++row)
+            SIEVE_TRY(run_policy(c, cell.data() + g0, n, static_cast<int>(row), at + result->rows[row].policy,
+                                 by_row[0].data() + g0, &by_row[row], &runs[row]));
+        // Each sample's reference log-probabilities were only needed by this group's rows.
+        for (size_t i = g0; i < g0 + n; ++i) std::vector<float>().swap(cell[i].ref_logp);
+    }
+    for (size_t row = 0; row < n_rows; ++row) {
+        for (EvalSampleResult &r : by_row[row]) result->samples.push_back(std::move(r));
+        result->runs.push_back({static_cast<int>(row), task, ctx, runs[row].peak_kv_bytes, runs[row].wall_ms});
     }
     return Status();
 }
@@ -443,11 +509,7 @@ Result<EvalResult> eval_run(const Model &model, const Tokenizer &tok, const Chat
         for (int64_t ctx : plan.ctx) {
             Result<std::vector<CellSample>> cell = make_cell(plan, task, ctx, tok, tmpl, hooks);
             if (!cell.ok()) return cell.status();
-            const int64_t max_tokens = plan.max_tokens > 0 ? plan.max_tokens : eval_task_max_tokens(task);
-            const CellContext c{model, policies, tok, plan, hooks, max_tokens, &n_done, n_total, &result};
-            SIEVE_TRY(run_reference(c, *cell, task, ctx));
-            for (int row = 1; row < static_cast<int>(result.rows.size()); ++row)
-                SIEVE_TRY(run_policy(c, *cell, row, task, ctx));
+            SIEVE_TRY(run_cell(model, tok, policies, plan, hooks, *cell, task, ctx, &n_done, n_total, &result));
         }
     }
     result.wall_s = static_cast<double>(time_us() - t0) / 1e6;

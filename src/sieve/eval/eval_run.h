@@ -4,21 +4,30 @@
 // For each cell (task x context length), in this order:
 //   1. make n_samples samples (seed + i; the needle depth of sample i is
 //      depths[i % n] or, by default, i / (n - 1) spread over [0, 1]);
-//   2. reference: one engine with dense KV of ref_kv_type; every sample is
-//      submitted at once (they batch as in serving, -np slots) and decoded
-//      greedily for the task's max_tokens; every step's log-softmax is kept
+//   then per group of -np samples (the engine's slots):
+//   2. reference: dense KV of ref_kv_type; the group's samples are
+//      submitted at once (they batch as in serving) and decoded greedily
+//      for the task's max_tokens; every step's log-softmax is kept
 //      ([n_steps, n_vocab] floats per sample: the only copy KL needs);
-//   3. per policy: one engine with the run's kv_type and that policy; per
-//      sample, two requests at once:
+//   3. per policy, with the run's kv_type and that policy (per request):
 //        forced: the reference continuation teacher-forced (forced_tokens),
 //                so step i of both runs sees the same prefix; each step's
 //                logits give KL(ref || policy), top-1 agreement and both NLLs
 //                of the forced token (StepAccumulator, nothing kept per step);
 //        free:   greedy decoding under the policy, scored by exact match —
-//                the policy's own accuracy. Skipped for dense at the
-//                reference's KV type: it is the reference run by construction.
-//   4. the engine is destroyed before the next one starts (one KV pool and
-//      one thread pool alive at a time).
+//                the policy's own accuracy; only for the samples whose forced
+//                run left the reference's path (otherwise it would decode
+//                the reference's tokens), never for dense at the reference's
+//                KV type.
+// share_prefill (default): the runs of a KV type share one engine with the
+// prefix cache on, so a row maps the prompt KV an earlier row of that type
+// computed and computes only what its policy must (SnapKV's window, H2O's
+// every query, LServe's Λ-masked prefill: KvPolicy::reusable_prefix and
+// prefix_namespace). The bits are those of a full prefill (attention does
+// not depend on how a prompt is cut, a token's matmuls not on its batch),
+// so dense still gives KL exactly 0; a row's prefill time then covers only
+// what it computed (cached_tokens says how much came from the cache).
+// Off: a fresh engine per run, each computing its whole prompt.
 // ppl has no answers: the sample's last ppl_tokens tokens are forced in both
 // runs (the prompt is the rest), and perplexity over them is the measure.
 //
@@ -26,7 +35,8 @@
 // after the policy acted (the real compression: dense rows / kept rows), and
 // wall times (submit -> first token = prefill, including time spent queued
 // behind the other samples; first -> last token = decode). Peak KV memory is
-// sampled from EngineStats every few milliseconds per (policy, cell).
+// sampled from EngineStats every few milliseconds per (policy, cell); with
+// shared prefill it counts the cached prompt pages the running sequences map.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +66,7 @@ struct EvalPlan {
     int64_t max_tokens = 0;                        // generated tokens; 0 = the task's (eval_task_max_tokens)
     int64_t ppl_tokens = 256;                      // ppl: forced tail scored for perplexity
     TaskOptions task;                              // n_needles, vt_* and ppl_dir; the rest is set per sample
+    bool share_prefill = true;                     // rows map the prompt KV an earlier row computed (above)
 };
 
 // Enough for the task's expected answer and some preamble: 32 for one
@@ -81,6 +92,7 @@ struct EvalSampleResult {
     // the engine keeps positions (EngineOptions::kv_positions; --dump-kept).
     std::vector<std::vector<int32_t>> kept_positions;
     int64_t rows_dense = 0;          // per lane: the prompt's rows
+    int64_t cached_tokens = 0;       // prompt tokens of the forced run mapped from the prefix cache
     double prefill_ms = 0, decode_ms = 0;
     std::string error;  // a request the engine failed (the sample counts as wrong)
 };
