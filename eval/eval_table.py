@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Markdown tables from `sieve eval -o json` files, one table per context
+length, in the layout docs/accuracy.md uses: a row per (policy, KV type), per
+task the accuracy with its 95% Wilson interval and k/n, the mean / max KL
+against the reference and top-1 agreement over the teacher-forced steps
+(perplexity reference → policy for ppl), then the KV compression and the
+row's wall time summed over the tasks (seconds of engine time: the forced
+and free runs, or the reference's run).
+
+    python3 eval/eval_table.py eval-8k.json [eval-16k.json ...]
+
+Several files may give the same length (a later file's rows are added to
+the table; a row present in two files is an error: nothing is averaged).
+"""
+import argparse
+import json
+import sys
+
+
+def fmt_acc(c):
+    if c["accuracy"] is None:
+        return "—"
+    return "%.0f [%.1f, %.1f] (%d/%d)" % (100 * c["accuracy"], 100 * c["acc_lo"], 100 * c["acc_hi"],
+                                          c["n_correct"], c["n_scored"])
+
+
+def fmt_num(x):
+    if x is None:
+        return "—"
+    if x == 0:
+        return "0"
+    return "%.3g" % x
+
+
+def cell_cols(c):
+    if c["task"] == "ppl":
+        return [f"{c['ppl_ref']:.3f}" + ("" if c["reference"] else f" → {c['ppl']:.3f}"),
+                "—" if c["reference"] else f"{fmt_num(c['kl_mean'])} / {fmt_num(c['kl_max'])}",
+                "—" if c["reference"] else "%.1f%%" % (100 * c["agreement"])]
+    return [fmt_acc(c),
+            "—" if c["reference"] else f"{fmt_num(c['kl_mean'])} / {fmt_num(c['kl_max'])}",
+            "—" if c["reference"] else "%.1f%%" % (100 * c["agreement"])]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+")
+    args = ap.parse_args()
+    by_ctx = {}  # ctx -> {(policy, kv): {task: cell}}
+    tasks_of = {}
+    for path in args.files:
+        with open(path) as f:
+            doc = json.load(f)
+        for c in doc["cells"]:
+            row = (c["policy"], c["kv_type"])
+            cells = by_ctx.setdefault(c["ctx"], {}).setdefault(row, {})
+            if c["task"] in cells:
+                sys.exit(f"{path}: {row[0]} ({row[1]}) {c['task']} @{c['ctx']} is in two files")
+            cells[c["task"]] = c
+            ts = tasks_of.setdefault(c["ctx"], [])
+            if c["task"] not in ts:
+                ts.append(c["task"])
+    for ctx in sorted(by_ctx):
+        tasks = tasks_of[ctx]
+        head = ["policy", "KV"]
+        for t in tasks:
+            head += [f"{t} @{ctx} " + ("ppl ref → run" if t == "ppl" else "acc % [95% CI]"), "KL mean / max",
+                     "top-1 agree"]
+        head += ["compression", "wall s"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * 2 + ("---|---|---:|" * len(tasks)) + "---:|---:|")
+        for (policy, kv), cells in by_ctx[ctx].items():
+            cols = [policy, kv]
+            comp, wall = [], 0.0
+            for t in tasks:
+                c = cells.get(t)
+                if c is None:
+                    cols += ["not run", "", ""]
+                    continue
+                cols += cell_cols(c)
+                comp.append(c["compression"])
+                wall += c["wall_ms"] / 1000
+            cols.append("%.2f×" % (sum(comp) / len(comp)) if comp else "—")
+            cols.append("%.0f" % wall)
+            print("| " + " | ".join(cols) + " |")
+        print()
+
+
+if __name__ == "__main__":
+    main()
