@@ -227,11 +227,16 @@ public:
         EngineOptions eo = eo_;
         eo.kv_type = kv_type;
         eo.kv_policy = nullptr;  // every request names its own
-        if (plan_.share_prefill && eo.kv_memory_bytes == 0) {
+        const KvShape shape = model_.kv_shape(eo.max_seqs, kv_type);
+        // Rows that do not divide a page (q8_0, q4_0) cannot be cached: the
+        // runs of that type compute their prompts (cached_tokens 0), quietly
+        // rather than with the engine's warning per group.
+        if (eo.prefix_cache && !VAttentionKv::prefix_block_check(shape, eo.kv_page_bytes, eo.prefix_block).empty())
+            eo.prefix_cache = false;
+        if (eo.prefix_cache && eo.kv_memory_bytes == 0) {
             // The running sequences' contexts, the group's prompts that the
             // cache keeps for the rows after the first, and the lanes a
             // policy compacts beside the cached pages they leave.
-            const KvShape shape = model_.kv_shape(eo.max_seqs, kv_type);
             eo.kv_memory_bytes =
                 3 * eo.max_seqs * VAttentionKv::seq_pages_for_rows(shape, eo.kv_page_bytes, eo.max_ctx) *
                 eo.kv_page_bytes;
