@@ -46,6 +46,7 @@ python (CPU torch is enough for <= 4k tokens on a 0.5B model).
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -64,7 +65,27 @@ PRESSES = {
     "pyramidkv": ("PyramidKVPress", {}),
     "knorm": ("KnormPress", {}),
     "tova": ("TOVAPress", {}),
+    # DuoAttention with sieve's head profile (--profile) instead of a pattern
+    # downloaded for one of the press's listed checkpoints; the ratio is the
+    # fraction of KV heads made streaming heads.
+    "duo": ("DuoAttentionPress", {}),
 }
+
+
+def profile_streaming_mask(path, fraction):
+    """The streaming heads sieve's lserve makes of a head profile
+    (head_profile_streaming): the round(fraction * n) lowest scores, ties to
+    the later head; [n_layer][n_head_kv] booleans."""
+    with open(path) as f:
+        prof = json.load(f)
+    n_layer, n_kv = prof["n_layer"], prof["n_head_kv"]
+    flat = [prof["scores"][l][h] for l in range(n_layer) for h in range(n_kv)]
+    order = sorted(range(len(flat)), key=lambda i: (flat[i], -i))
+    k = min(len(flat), max(0, int(math.floor(fraction * len(flat) + 0.5))))
+    mask = [False] * len(flat)
+    for i in order[:k]:
+        mask[i] = True
+    return [mask[l * n_kv:(l + 1) * n_kv] for l in range(n_layer)]
 
 
 def sieve_snapkv_spec(args, ratio):
@@ -82,6 +103,11 @@ def sieve_counterpart(args, press, ratio):
         return f"streaming:{keep},sink=4"  # StreamingLLMPress(n_sink=4)
     if press == "pyramidkv":
         return f"pyramidkv:{keep},window={args.window},pool={args.kernel},pooling=avg,agg=mean,beta=20"
+    if press == "duo":
+        # Streaming heads only: the retrieval heads read every row (a budget
+        # past any prompt), and prefill is dense, as the press's is.
+        return (f"lserve:static={ratio:g},budget=1073741824,sink={args.sink},recent={args.recent},"
+                f"prefill=dense,profile={args.profile}")
     return None
 
 
@@ -125,10 +151,22 @@ def load_hf(args):
     return model, tok
 
 
-def make_press(name, ratio):
+def make_press(name, ratio, args):
     if name == "dense":
         return None
     import kvpress
+    if name == "duo":
+        import torch
+
+        class ProfileDuoPress(kvpress.DuoAttentionPress):
+            """DuoAttentionPress whose heads come from sieve's head profile."""
+
+            def post_init_from_model(self, model):
+                self.sink_size, self.recent_size = args.sink, args.recent
+                self.streaming_mask = torch.tensor(profile_streaming_mask(args.profile, ratio), dtype=torch.bool,
+                                                   device=model.device)
+
+        return ProfileDuoPress(head_compression_ratio=ratio)
     cls_name, kwargs = PRESSES[name]
     return getattr(kvpress, cls_name)(compression_ratio=ratio, **kwargs)
 
@@ -177,7 +215,7 @@ def evaluate(args, samples, model, tok):
         for name, ratio in runs:
             label = name if name == "dense" else f"{name}@{ratio:g}"
             t0 = time.time()
-            out_ids, kept = greedy(model, s["prompt_ids"], make_press(name, ratio), max_tokens, eos)
+            out_ids, kept = greedy(model, s["prompt_ids"], make_press(name, ratio, args), max_tokens, eos)
             text = tok.decode(out_ids, skip_special_tokens=True)
             ok = all(a in text for a in s["answers"])
             results.setdefault((label, s["task"], s["ctx"]), []).append(ok)
@@ -335,6 +373,9 @@ def main():
     ap.add_argument("--mode", choices=("exact", "serving"), default="exact",
                     help="--overlap: sieve exact (f32 activations and KV, as transformers) or as it serves "
                          "(8-bit activations, f16 KV)")
+    ap.add_argument("--profile", default="", help="duo: sieve's head profile (sieve calibrate) giving the heads")
+    ap.add_argument("--sink", type=int, default=64, help="duo: sink rows of a streaming head (lserve's default)")
+    ap.add_argument("--recent", type=int, default=256, help="duo: recent rows of a streaming head (lserve's default)")
     ap.add_argument("-o", "--output", default="", help="also write the raw results as JSON")
     args = ap.parse_args()
     args.press = [p for p in args.press.split(",") if p]
@@ -342,6 +383,11 @@ def main():
     unknown = [p for p in args.press if p != "dense" and p not in PRESSES]
     if unknown:
         sys.exit(f"--press: unknown {unknown}; expected dense, {', '.join(PRESSES)}")
+    if "duo" in args.press and not args.profile:
+        sys.exit("--press duo needs --profile FILE (a head profile from `sieve calibrate`)")
+    if "duo" in args.press and args.attn == "eager" and not args.overlap:
+        sys.exit("--press duo needs --attn sdpa: kvpress masks the streaming heads' keys in the attention "
+                 "functions transformers registers, which eager attention does not go through")
 
     if args.overlap:
         model, _ = load_hf(args)
