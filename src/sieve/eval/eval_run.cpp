@@ -58,7 +58,8 @@ void record_rows(Job *job, const KvCache &kv, int slot) {
     for (int64_t l = 0; l < sh.n_layer; ++l)
         for (int64_t h = 0; h < sh.n_head_kv; ++h) {
             const int32_t *pos = kv.positions(slot, l, h);
-            job->kept_positions[static_cast<size_t>(l * sh.n_head_kv + h)].assign(pos, pos + kv.n_rows(slot, l, h));
+            job->kept_positions[static_cast<size_t>(l * sh.n_head_kv + h)].assign(
+                pos, pos + kv.n_rows(slot, l, h));
         }
 }
 
@@ -215,7 +216,7 @@ bool reuses_reference(const KvPolicyPtr &policy, cpu::RowType kv_type, const Eva
 // next group, starts a fresh one (the pool then holds no prompt that no
 // later row needs). Not sharing: a fresh engine per run.
 class CellEngines {
-public:
+  public:
     CellEngines(const Model &model, const Tokenizer &tok, const EvalPlan &plan, EngineOptions eo)
         : model_(model), tok_(tok), plan_(plan), eo_(std::move(eo)) {}
 
@@ -231,15 +232,16 @@ public:
         // Rows that do not divide a page (q8_0, q4_0) cannot be cached: the
         // runs of that type compute their prompts (cached_tokens 0), quietly
         // rather than with the engine's warning per group.
-        if (eo.prefix_cache && !VAttentionKv::prefix_block_check(shape, eo.kv_page_bytes, eo.prefix_block).empty())
+        if (eo.prefix_cache &&
+            !VAttentionKv::prefix_block_check(shape, eo.kv_page_bytes, eo.prefix_block).empty())
             eo.prefix_cache = false;
         if (eo.prefix_cache && eo.kv_memory_bytes == 0) {
             // The running sequences' contexts, the group's prompts that the
             // cache keeps for the rows after the first, and the lanes a
             // policy compacts beside the cached pages they leave.
-            eo.kv_memory_bytes =
-                3 * eo.max_seqs * VAttentionKv::seq_pages_for_rows(shape, eo.kv_page_bytes, eo.max_ctx) *
-                eo.kv_page_bytes;
+            eo.kv_memory_bytes = 3 * eo.max_seqs *
+                                 VAttentionKv::seq_pages_for_rows(shape, eo.kv_page_bytes, eo.max_ctx) *
+                                 eo.kv_page_bytes;
         }
         Result<std::unique_ptr<Engine>> e = Engine::create(model_, tok_, eo);
         if (!e.ok()) return e.status().with_context("engine for the eval");
@@ -248,7 +250,7 @@ public:
         return engine_.get();
     }
 
-private:
+  private:
     const Model &model_;
     const Tokenizer &tok_;
     const EvalPlan &plan_;
@@ -374,7 +376,8 @@ Status run_policy(const CellContext &c, const CellSample *group, size_t n, int r
     for (size_t i = 0; i < n && !reuse_free && !ppl; ++i) {
         const StepMetrics m = forced[i].acc.result();
         const bool same_path = forced[i].error.empty() &&
-                               m.n_steps == static_cast<int64_t>(group[i].ref_tokens.size()) && m.agreement == 1.0;
+                               m.n_steps == static_cast<int64_t>(group[i].ref_tokens.size()) &&
+                               m.agreement == 1.0;
         if (same_path) continue;
         free_of[i] = free_jobs.size();
         free_jobs.emplace_back();
@@ -437,7 +440,8 @@ Status run_cell(const Model &model, const Tokenizer &tok, const std::vector<KvPo
     }
     for (size_t row = 0; row < n_rows; ++row) {
         for (EvalSampleResult &r : by_row[row]) result->samples.push_back(std::move(r));
-        result->runs.push_back({static_cast<int>(row), task, ctx, runs[row].peak_kv_bytes, runs[row].wall_ms});
+        result->runs.push_back(
+            {static_cast<int>(row), task, ctx, runs[row].peak_kv_bytes, runs[row].wall_ms});
     }
     return Status();
 }
@@ -514,7 +518,8 @@ Result<EvalResult> eval_run(const Model &model, const Tokenizer &tok, const Chat
         for (int64_t ctx : plan.ctx) {
             Result<std::vector<CellSample>> cell = make_cell(plan, task, ctx, tok, tmpl, hooks);
             if (!cell.ok()) return cell.status();
-            SIEVE_TRY(run_cell(model, tok, policies, plan, hooks, *cell, task, ctx, &n_done, n_total, &result));
+            SIEVE_TRY(
+                run_cell(model, tok, policies, plan, hooks, *cell, task, ctx, &n_done, n_total, &result));
         }
     }
     result.wall_s = static_cast<double>(time_us() - t0) / 1e6;
