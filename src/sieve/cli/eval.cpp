@@ -45,50 +45,50 @@ struct EvalOptions {
 };
 
 void eval_usage(FILE *out) {
-    std::fprintf(out,
-                 "usage: sieve eval [options]\n"
-                 "\n"
-                 "Accuracy of KV policies against dense on generated long-context tasks\n"
-                 "(RULER-style), through the serving engine. For each task x length x sample the\n"
-                 "dense reference runs first; each policy then gets the reference's greedy\n"
-                 "continuation teacher-forced (KL, top-1 agreement, perplexity) and decodes freely\n"
-                 "(accuracy). See docs/accuracy.md.\n"
-                 "\n"
-                 "  -m, --model FILE          GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
-                 "  --task T[,T]              tasks (default passkey,niah_multikey,vt): %s\n"
-                 "  --ctx N[,N]               prompt lengths in tokens (default 4096)\n"
-                 "  --samples N               samples per task and length (default 20)\n"
-                 "  --kv-policy P[,P]         policies under test, NAME[:key=value,...] or @FILE.json;\n"
-                 "                            repeatable (default dense). Known policies:\n"
-                 "%s"
-                 "  --depths F[,F]            needle depths in [0, 1], cycled over samples (default:\n"
-                 "                            spread evenly from 0 to 1)\n"
-                 "  --seed S                  sample i has seed S + i (default 0)\n"
-                 "  --max-tokens N            generated tokens (default: 32 for passkey, niah_multikey,\n"
-                 "                            code; 128 for vt, cwe; 64 for the rest)\n"
-                 "  --ppl-tokens N            ppl: tokens at the end of the text scored (default 256)\n"
-                 "  -o, --output md|json|jsonl   md: tables; json: everything; jsonl: one line per sample\n"
-                 "  --dump-samples FILE       write every generated sample (prompt, ids, answers) as JSONL\n"
-                 "  --dump-kept FILE          write the prompt positions each policy kept per layer and KV\n"
-                 "                            head, one JSON line per (policy, sample)\n"
-                 "  --exact                   f32 activations through dequantized weights (the exact model,\n"
-                 "                            as a float reference computes it; slower) instead of 8-bit\n"
-                 "  --no-prefix-cache         every run computes its whole prompt (by default the rows of a\n"
-                 "                            KV type share an engine and map the prompt KV an earlier row\n"
-                 "                            computed; a policy computes only the queries it scores)\n"
-                 "  -np, --parallel N         samples decoded together (default 8)\n"
-                 "  -t, --threads N           compute threads (default: every core)\n"
-                 "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32, q8_0, q4_0\n"
-                 "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
-                 "  --ref-cache-type T        KV row type of the dense reference (default: as -ctk);\n"
-                 "                            f32 makes it the exact oracle\n"
-                 "  --kv-memory BYTES         KV pool per run (default: -np full contexts)\n"
-                 "  --chat-template NAME      override the model's chat template: %s\n"
-                 "  --ppl-dir DIR             ppl: folder of .py files (default: python3's stdlib)\n"
-                 "  --mmap                    leave the weights in the file mapping\n"
-                 "  -h, --help                this text\n",
-                 join_names(eval_task_names()).c_str(), kv_policy_help().c_str(),
-                 chat_format_names().c_str());
+    std::fprintf(
+        out,
+        "usage: sieve eval [options]\n"
+        "\n"
+        "Accuracy of KV policies against dense on generated long-context tasks\n"
+        "(RULER-style), through the serving engine. For each task x length x sample the\n"
+        "dense reference runs first; each policy then gets the reference's greedy\n"
+        "continuation teacher-forced (KL, top-1 agreement, perplexity) and decodes freely\n"
+        "(accuracy). See docs/accuracy.md.\n"
+        "\n"
+        "  -m, --model FILE          GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
+        "  --task T[,T]              tasks (default passkey,niah_multikey,vt): %s\n"
+        "  --ctx N[,N]               prompt lengths in tokens (default 4096)\n"
+        "  --samples N               samples per task and length (default 20)\n"
+        "  --kv-policy P[,P]         policies under test, NAME[:key=value,...] or @FILE.json;\n"
+        "                            repeatable (default dense). Known policies:\n"
+        "%s"
+        "  --depths F[,F]            needle depths in [0, 1], cycled over samples (default:\n"
+        "                            spread evenly from 0 to 1)\n"
+        "  --seed S                  sample i has seed S + i (default 0)\n"
+        "  --max-tokens N            generated tokens (default: 32 for passkey, niah_multikey,\n"
+        "                            code; 128 for vt, cwe; 64 for the rest)\n"
+        "  --ppl-tokens N            ppl: tokens at the end of the text scored (default 256)\n"
+        "  -o, --output md|json|jsonl   md: tables; json: everything; jsonl: one line per sample\n"
+        "  --dump-samples FILE       write every generated sample (prompt, ids, answers) as JSONL\n"
+        "  --dump-kept FILE          write the prompt positions each policy kept per layer and KV\n"
+        "                            head, one JSON line per (policy, sample)\n"
+        "  --exact                   f32 activations through dequantized weights (the exact model,\n"
+        "                            as a float reference computes it; slower) instead of 8-bit\n"
+        "  --no-prefix-cache         every run computes its whole prompt (by default the rows of a\n"
+        "                            KV type share an engine and map the prompt KV an earlier row\n"
+        "                            computed; a policy computes only the queries it scores)\n"
+        "  -np, --parallel N         samples decoded together (default 8)\n"
+        "  -t, --threads N           compute threads (default: every core)\n"
+        "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32, q8_0, q4_0\n"
+        "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
+        "  --ref-cache-type T        KV row type of the dense reference (default: as -ctk);\n"
+        "                            f32 makes it the exact oracle\n"
+        "  --kv-memory BYTES         KV pool per run (default: -np full contexts)\n"
+        "  --chat-template NAME      override the model's chat template: %s\n"
+        "  --ppl-dir DIR             ppl: folder of .py files (default: python3's stdlib)\n"
+        "  --mmap                    leave the weights in the file mapping\n"
+        "  -h, --help                this text\n",
+        join_names(eval_task_names()).c_str(), kv_policy_help().c_str(), chat_format_names().c_str());
 }
 
 Status parse_fraction_list(const std::string &flag, const std::string &text, std::vector<double> *out) {
@@ -218,7 +218,8 @@ Status parse_options(int argc, char **argv, EvalOptions *o) {
     SIEVE_TRY(parse_cache_types(o->type_k, o->type_v, &p.engine.kv_type));
     p.ref_kv_type = p.engine.kv_type;
     if (!o->ref_type.empty() && !cpu::row_type_parse(o->ref_type, &p.ref_kv_type))
-        return Status::errorf("--ref-cache-type: expected %s, got '%s'", cpu::row_type_names(), o->ref_type.c_str());
+        return Status::errorf("--ref-cache-type: expected %s, got '%s'", cpu::row_type_names(),
+                              o->ref_type.c_str());
     return Status();
 }
 
@@ -235,13 +236,18 @@ void set_defaults(EvalOptions *o) {
 class Progress {
   public:
     Progress() : tty_(isatty(2) != 0), t0_us_(time_us()) {}
-    void update(int64_t done, int64_t total, const std::string &what) {
+    // The ETA extrapolates the time per unit of estimated work (tokens
+    // computed), not per request: a row that maps its prompt from the prefix
+    // cache costs a small fraction of the reference run before it.
+    void update(const EvalProgress &p, const std::string &what) {
+        const int64_t done = p.requests_done, total = p.requests_total;
         const int64_t tenth = total > 0 ? done * 10 / total : 10;
         if (!tty_ && tenth == last_tenth_ && done != total) return;
         last_tenth_ = tenth;
         const double el = static_cast<double>(time_us() - t0_us_) / 1e6;
-        const double eta =
-            done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
+        const double eta = done >= total     ? 0.0
+                           : p.work_done > 0 ? el / p.work_done * std::max(0.0, p.work_total - p.work_done)
+                                             : 0.0;
         std::fprintf(stderr, "%ssieve eval: %lld/%lld requests, %s, %.0f s elapsed, ETA %.0f s%s",
                      tty_ ? "\r\033[K" : "", static_cast<long long>(done), static_cast<long long>(total),
                      what.c_str(), el, eta, tty_ && done != total ? "" : "\n");
@@ -313,14 +319,13 @@ int cmd_eval(int argc, char **argv) {
     std::ofstream dump_kept;
     if (!o.dump_kept.empty()) {
         dump_kept.open(o.dump_kept);
-        if (!dump_kept) return run_error(Status::errorf("--dump-kept: cannot write '%s'", o.dump_kept.c_str()));
+        if (!dump_kept)
+            return run_error(Status::errorf("--dump-kept: cannot write '%s'", o.dump_kept.c_str()));
         o.plan.engine.kv_positions = true;
     }
     Progress progress;
     EvalHooks hooks;
-    hooks.progress = [&](int64_t done, int64_t total, const std::string &what) {
-        progress.update(done, total, what);
-    };
+    hooks.progress = [&](const EvalProgress &p, const std::string &what) { progress.update(p, what); };
     if (dump.is_open())
         hooks.on_sample = [&](const EvalSample &s, int64_t n_forced) {
             dump << eval_sample_jsonl(s, n_forced);

@@ -210,6 +210,39 @@ bool reuses_reference(const KvPolicyPtr &policy, cpu::RowType kv_type, const Eva
     return !policy && kv_type == plan.ref_kv_type;
 }
 
+// The progress bar's estimate of what a request costs, in tokens computed:
+// its prompt, less what it is expected to map from the prefix cache, plus
+// its generated (or forced) tokens. Rows of the reference's KV type whose
+// policy keeps the dense prefill's KV map the reference's prompt and compute
+// only what the policy scores (reusable_prefix); other types, and policies
+// with a prefill mask (their own namespace), compute it all.
+class WorkModel {
+  public:
+    WorkModel(const Model &model, const EvalPlan &plan) : plan_(plan) {
+        for (cpu::RowType t : {plan.ref_kv_type, plan.engine.kv_type}) {
+            const KvShape shape = model.kv_shape(plan.engine.max_seqs, t);
+            if (VAttentionKv::prefix_block_check(shape, plan.engine.kv_page_bytes, plan.engine.prefix_block)
+                    .empty())
+                cacheable_.push_back(t);
+        }
+    }
+    double reference(int64_t ctx, int64_t gen) const { return static_cast<double>(ctx + gen); }
+    // A policy row's forced run (free = false) or free run (free = true).
+    double row(const KvPolicyPtr &policy, cpu::RowType type, int64_t ctx, int64_t gen, bool free) const {
+        const bool shares = plan_.share_prefill && type == plan_.ref_kv_type &&
+                            std::find(cacheable_.begin(), cacheable_.end(), type) != cacheable_.end() &&
+                            (!policy || policy->prefix_namespace() == 0);
+        if (!shares) return static_cast<double>(ctx + gen);
+        if (free) return static_cast<double>(gen);
+        const int64_t reused = policy ? std::min(ctx, policy->reusable_prefix(ctx)) : ctx;
+        return static_cast<double>(ctx - reused + gen);
+    }
+
+  private:
+    const EvalPlan &plan_;
+    std::vector<cpu::RowType> cacheable_;
+};
+
 // The engine a run uses. Sharing (plan.share_prefill): one engine alive at
 // a time, kept while the runs of a group of samples use its KV type, so its
 // prefix cache holds the group's prompts; a run of another type, or the
@@ -271,22 +304,28 @@ struct CellContext {
     const EvalPlan &plan;
     const EvalHooks &hooks;
     int64_t max_tokens;
-    int64_t *n_done;
-    int64_t n_total;
+    EvalProgress *progress;
+    const WorkModel &work;
+    int64_t ctx;
     const EvalResult &result;  // rows
     CellEngines *engines;
 };
 
-// Runs the jobs on the engine for kv_type; adds its peak and wall time to *run.
-Status run_on(const CellContext &c, cpu::RowType kv_type, std::vector<Job> &jobs, const std::string &what,
-              RowRun *run) {
+// Counts n requests of `work` estimated tokens each as done.
+void count_done(const CellContext &c, int64_t n, double work, const std::string &what) {
+    c.progress->requests_done += n;
+    c.progress->work_done += static_cast<double>(n) * work;
+    if (n > 0 && c.hooks.progress) c.hooks.progress(*c.progress, what);
+}
+
+// Runs the jobs on the engine for kv_type, each counted as `work` estimated
+// tokens when it finishes; adds its peak and wall time to *run.
+Status run_on(const CellContext &c, cpu::RowType kv_type, std::vector<Job> &jobs, double work,
+              const std::string &what, RowRun *run) {
     Result<Engine *> engine = c.engines->get(kv_type);
     if (!engine.ok()) return engine.status();
     const int64_t t0 = time_us();
-    Result<int64_t> peak = run_jobs(**engine, jobs, [&] {
-        ++*c.n_done;
-        if (c.hooks.progress) c.hooks.progress(*c.n_done, c.n_total, what);
-    });
+    Result<int64_t> peak = run_jobs(**engine, jobs, [&] { count_done(c, 1, work, what); });
     if (!peak.ok()) return peak.status();
     run->peak_kv_bytes = std::max(run->peak_kv_bytes, *peak);
     run->wall_ms += static_cast<double>(time_us() - t0) / 1e3;
@@ -310,7 +349,7 @@ Status run_reference(const CellContext &c, CellSample *group, size_t n, const st
             eval_log_softmax(logits, nv, cs->ref_logp.data() + at);
         };
     }
-    SIEVE_TRY(run_on(c, c.plan.ref_kv_type, jobs, what, run));
+    SIEVE_TRY(run_on(c, c.plan.ref_kv_type, jobs, c.work.reference(c.ctx, c.max_tokens), what, run));
     for (size_t i = 0; i < n; ++i) {
         CellSample &cs = group[i];
         cs.ref_tokens = jobs[i].tokens;
@@ -368,7 +407,8 @@ Status run_policy(const CellContext &c, const CellSample *group, size_t n, int r
                         fj->ref->ref_tokens[step]);
         };
     }
-    SIEVE_TRY(run_on(c, er.kv_type, forced, what, run));
+    SIEVE_TRY(
+        run_on(c, er.kv_type, forced, c.work.row(policy, er.kv_type, c.ctx, c.max_tokens, false), what, run));
 
     // Free runs where the forced one left the reference's path.
     std::vector<size_t> free_of(n, SIZE_MAX);
@@ -385,8 +425,9 @@ Status run_policy(const CellContext &c, const CellSample *group, size_t n, int r
         free_jobs.back().req.kv_policy = policy;
     }
     // Counted as done for the progress bar either way.
-    *c.n_done += static_cast<int64_t>(reuse_free || ppl ? 0 : n - free_jobs.size());
-    if (!free_jobs.empty()) SIEVE_TRY(run_on(c, er.kv_type, free_jobs, what, run));
+    const double free_work = c.work.row(policy, er.kv_type, c.ctx, c.max_tokens, true);
+    if (!reuse_free && !ppl) count_done(c, static_cast<int64_t>(n - free_jobs.size()), free_work, what);
+    if (!free_jobs.empty()) SIEVE_TRY(run_on(c, er.kv_type, free_jobs, free_work, what, run));
 
     for (size_t i = 0; i < n; ++i) {
         const CellSample &cs = group[i];
@@ -419,10 +460,11 @@ Status run_policy(const CellContext &c, const CellSample *group, size_t n, int r
 // hold one group's prompts; results are appended row by row.
 Status run_cell(const Model &model, const Tokenizer &tok, const std::vector<KvPolicyPtr> &policies,
                 const EvalPlan &plan, const EvalHooks &hooks, std::vector<CellSample> &cell,
-                const std::string &task, int64_t ctx, int64_t *n_done, int64_t n_total, EvalResult *result) {
+                const std::string &task, int64_t ctx, const WorkModel &work, EvalProgress *progress,
+                EvalResult *result) {
     const int64_t max_tokens = plan.max_tokens > 0 ? plan.max_tokens : eval_task_max_tokens(task);
     CellEngines engines(model, tok, plan, cell_engine_options(plan, cell, max_tokens));
-    const CellContext c{model, policies, plan, hooks, max_tokens, n_done, n_total, *result, &engines};
+    const CellContext c{model, policies, plan, hooks, max_tokens, progress, work, ctx, *result, &engines};
     const size_t n_rows = result->rows.size();
     std::vector<std::vector<EvalSampleResult>> by_row(n_rows);
     std::vector<RowRun> runs(n_rows);
@@ -507,19 +549,30 @@ Result<EvalResult> eval_run(const Model &model, const Tokenizer &tok, const Chat
     }
 
     // Requests in all: the reference, then forced (+ free) per policy.
-    int64_t n_total = 0, n_done = 0;
+    const WorkModel work(model, plan);
+    EvalProgress progress;
     for (const std::string &task : plan.tasks) {
-        int64_t per_sample = 1;
-        for (const KvPolicyPtr &p : policies)
-            per_sample += task == "ppl" || reuses_reference(p, plan.engine.kv_type, plan) ? 1 : 2;
-        n_total += per_sample * plan.n_samples * static_cast<int64_t>(plan.ctx.size());
+        const int64_t gen = plan.max_tokens > 0 ? plan.max_tokens : eval_task_max_tokens(task);
+        for (int64_t ctx : plan.ctx) {
+            const auto n = static_cast<double>(plan.n_samples);
+            progress.requests_total += plan.n_samples;
+            progress.work_total += n * work.reference(ctx, gen);
+            for (size_t r = 0; r < policies.size(); ++r) {
+                const cpu::RowType type = plan.engine.kv_type;
+                progress.requests_total += plan.n_samples;
+                progress.work_total += n * work.row(policies[r], type, ctx, gen, false);
+                if (task == "ppl" || reuses_reference(policies[r], type, plan)) continue;
+                progress.requests_total += plan.n_samples;
+                progress.work_total += n * work.row(policies[r], type, ctx, gen, true);
+            }
+        }
     }
     for (const std::string &task : plan.tasks) {
         for (int64_t ctx : plan.ctx) {
             Result<std::vector<CellSample>> cell = make_cell(plan, task, ctx, tok, tmpl, hooks);
             if (!cell.ok()) return cell.status();
             SIEVE_TRY(
-                run_cell(model, tok, policies, plan, hooks, *cell, task, ctx, &n_done, n_total, &result));
+                run_cell(model, tok, policies, plan, hooks, *cell, task, ctx, work, &progress, &result));
         }
     }
     result.wall_s = static_cast<double>(time_us() - t0) / 1e6;

@@ -91,8 +91,8 @@ struct EvalSampleResult {
     // [n_layer * n_head_kv]: the prompt positions those rows hold, only when
     // the engine keeps positions (EngineOptions::kv_positions; --dump-kept).
     std::vector<std::vector<int32_t>> kept_positions;
-    int64_t rows_dense = 0;          // per lane: the prompt's rows
-    int64_t cached_tokens = 0;       // prompt tokens of the forced run mapped from the prefix cache
+    int64_t rows_dense = 0;     // per lane: the prompt's rows
+    int64_t cached_tokens = 0;  // prompt tokens of the forced run mapped from the prefix cache
     double prefill_ms = 0, decode_ms = 0;
     std::string error;  // a request the engine failed (the sample counts as wrong)
 };
@@ -123,9 +123,17 @@ struct EvalResult {
 // Cell of samples[] in row order: the outcomes that eval_summarise() takes.
 std::vector<SampleOutcome> eval_outcomes(const EvalResult &r, int row, const std::string &task, int64_t ctx);
 
+struct EvalProgress {
+    int64_t requests_done = 0, requests_total = 0;
+    double work_done = 0, work_total = 0;
+};
+
 struct EvalHooks {
-    // Main thread, after each finished request: requests done / total.
-    std::function<void(int64_t done, int64_t total, const std::string &what)> progress;
+    // Main thread, after each finished request: requests done / total, and
+    // the work done / total in estimated tokens computed (a reference run
+    // computes its whole prompt, a row that maps it from the prefix cache
+    // little of it), which is what an ETA should be proportional to.
+    std::function<void(const EvalProgress &p, const std::string &what)> progress;
     // Each generated sample, with the number of trailing prompt tokens that are
     // forced instead of fed as the prompt (ppl; 0 otherwise): --dump-samples.
     std::function<void(const EvalSample &s, int64_t n_forced)> on_sample;
