@@ -215,7 +215,7 @@ bool reuses_reference(const KvPolicyPtr &policy, cpu::RowType kv_type, const Eva
 // its generated (or forced) tokens. Rows of the reference's KV type whose
 // policy keeps the dense prefill's KV map the reference's prompt and compute
 // only what the policy scores (reusable_prefix); other types, and policies
-// with a prefill mask (their own namespace), compute it all.
+// with a prefill mask (their own namespace), compute it all once.
 class WorkModel {
   public:
     WorkModel(const Model &model, const EvalPlan &plan) : plan_(plan) {
@@ -228,12 +228,15 @@ class WorkModel {
     }
     double reference(int64_t ctx, int64_t gen) const { return static_cast<double>(ctx + gen); }
     // A policy row's forced run (free = false) or free run (free = true).
+    // A free run maps the prompt its row's forced run left in the cache
+    // (whatever namespace that is in) where the type can be cached at all.
     double row(const KvPolicyPtr &policy, cpu::RowType type, int64_t ctx, int64_t gen, bool free) const {
-        const bool shares = plan_.share_prefill && type == plan_.ref_kv_type &&
-                            std::find(cacheable_.begin(), cacheable_.end(), type) != cacheable_.end() &&
-                            (!policy || policy->prefix_namespace() == 0);
-        if (!shares) return static_cast<double>(ctx + gen);
-        if (free) return static_cast<double>(gen);
+        const bool cacheable =
+            plan_.share_prefill && std::find(cacheable_.begin(), cacheable_.end(), type) != cacheable_.end();
+        if (free) return static_cast<double>(cacheable ? gen : ctx + gen);
+        const bool maps_reference =
+            cacheable && type == plan_.ref_kv_type && (!policy || policy->prefix_namespace() == 0);
+        if (!maps_reference) return static_cast<double>(ctx + gen);
         const int64_t reused = policy ? std::min(ctx, policy->reusable_prefix(ctx)) : ctx;
         return static_cast<double>(ctx - reused + gen);
     }
