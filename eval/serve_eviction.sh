@@ -9,7 +9,7 @@
 #   eval/serve_eviction.sh OUT_DIR [MODEL]
 # Environment: POLICIES (default "dense layerwise:keep=0.1 snapkv:keep=0.1"),
 # CONC (default "1 2 4 8 16"), IN / OUT lengths (4000 / 500), KV_MEMORY
-# (default: two dense IN+OUT sequences), THREADS (2), SIEVE (./build/sieve),
+# (default: two dense IN+OUT sequences), VOCAB (random prompt ids below it: 49152), THREADS (2), SIEVE (./build/sieve),
 # LLAMA_SERVER (a llama-server binary: also measured, with the same KV bytes
 # as -np 2 slots of IN+OUT tokens, at the concurrencies in LLAMA_CONC, default "8").
 set -euo pipefail
@@ -58,7 +58,7 @@ run_points() {  # $1 label, $2 concurrencies
         local poller=$!
         "$sieve" bench-serve "http://127.0.0.1:$port" --input-len "$in_len" --output-len "$out_len" \
             --num-prompts "$c" --max-concurrency "$c" --seed $((1000 + c)) --warmup 0 \
-            --prompt-kind ids --vocab-size 49152 --json "$tag.json" | tee "$tag.txt"
+            --prompt-kind ids --vocab-size "${VOCAB:-49152}" --json "$tag.json" | tee "$tag.txt"
         touch "$tag.metrics.stop"
         wait "$poller"
         echo "max running, preemptions: $(cat "$tag.metrics")" | tee -a "$tag.txt"
@@ -66,7 +66,7 @@ run_points() {  # $1 label, $2 concurrencies
 }
 
 for p in $policies; do
-    label=$(echo "$p" | tr ':=,' '___')
+    label=$(echo "$p" | tr ':=,/' '____')
     "$sieve" serve -m "$model" --port $port -np 16 -c $((in_len + out_len + 16)) -t "$threads" \
         --kv-memory "$KV_MEMORY" --kv-page-size 16KiB --kv-policy "$p" > "$out/server_$label.log" 2>&1 &
     srv=$!
