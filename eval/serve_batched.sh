@@ -10,6 +10,7 @@
 # Environment: CONC (default "1 2 4 8 16"), IN / OUT lengths (512 / 128),
 # THREADS (2), SIEVE (./build/sieve), LLAMA_SERVER (a llama-server binary;
 # its slots: max(CONC) of IN+OUT+16 tokens each), LLAMA_CONC (default: CONC).
+# LLAMA_ARGS: extra llama-server arguments (e.g. --no-repack).
 set -euo pipefail
 out=${1:?usage: serve_batched.sh OUT_DIR [MODEL]}
 model=${2:-$HOME/.cache/sieve/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -45,7 +46,7 @@ run_points sieve "$conc"
 kill "$srv"; wait "$srv" 2>/dev/null || true
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
-    "$LLAMA_SERVER" -m "$model" --port $port -np "$max_c" -c $((max_c * ctx)) -t "$threads" -fa on \
+    "$LLAMA_SERVER" -m "$model" --port $port -np "$max_c" -c $((max_c * ctx)) -t "$threads" -fa on ${LLAMA_ARGS:-} \
         > "$out/server_llama.log" 2>&1 &
     srv=$!
     wait_up "$port"

@@ -12,6 +12,8 @@
 # (default: two dense IN+OUT sequences), VOCAB (random prompt ids below it: 49152), THREADS (2), SIEVE (./build/sieve),
 # LLAMA_SERVER (a llama-server binary: also measured, with the same KV bytes
 # as -np 2 slots of IN+OUT tokens, at the concurrencies in LLAMA_CONC, default "8").
+# LLAMA_ARGS: extra llama-server arguments (e.g. --no-repack where its AMX path
+# fails).
 set -euo pipefail
 out=${1:?usage: serve_eviction.sh OUT_DIR [MODEL]}
 model=${2:-$HOME/.cache/sieve/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -79,7 +81,7 @@ done
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
     # The same KV bytes: llama.cpp's f16 KV for two slots of IN+OUT tokens.
-    "$LLAMA_SERVER" -m "$model" --port $port -np 2 -c $((2 * (in_len + out_len + 16))) -t "$threads" -fa on \
+    "$LLAMA_SERVER" -m "$model" --port $port -np 2 -c $((2 * (in_len + out_len + 16))) -t "$threads" -fa on ${LLAMA_ARGS:-} \
         > "$out/server_llama.log" 2>&1 &
     srv=$!
     wait_up "$port"
