@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Markdown tables from `sieve eval -o json` files, one table per context
 length, in the layout docs/accuracy.md uses: a row per (policy, KV type), per
-task the accuracy with its 95% Wilson interval and k/n, the mean / max KL
+task the accuracy with its 95% Wilson interval and k/n (and RULER's
+partial-credit score where it differs), the mean / max KL
 against the reference and top-1 agreement over the teacher-forced steps
 (perplexity reference → policy for ppl), then the KV compression and the
 row's wall time summed over the tasks (seconds of engine time: the forced
@@ -20,8 +21,12 @@ import sys
 def fmt_acc(c):
     if c["accuracy"] is None:
         return "—"
-    return "%.0f [%.1f, %.1f] (%d/%d)" % (100 * c["accuracy"], 100 * c["acc_lo"], 100 * c["acc_hi"],
-                                          c["n_correct"], c["n_scored"])
+    s = "%.0f [%.1f, %.1f] (%d/%d)" % (100 * c["accuracy"], 100 * c["acc_lo"], 100 * c["acc_hi"],
+                                       c["n_correct"], c["n_scored"])
+    # RULER's partial-credit score, where the file has it and it says more.
+    if c.get("ruler") is not None and abs(c["ruler"] - c["accuracy"]) > 1e-9:
+        s += " · RULER %.1f" % (100 * c["ruler"])
+    return s
 
 
 def fmt_num(x):

@@ -17,7 +17,7 @@ endfunction()
 sieve_eval_test(md_header 0 "^\\| policy \\| KV \\| passkey @512 \\| niah_multikey @512 \\|$" "" ${eval_small})
 sieve_eval_test(md_reference 0 "^\\| dense \\(reference\\) \\| f16 \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL — · 1\\.00× \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL — · 1\\.00× \\|$" "" ${eval_small})
 sieve_eval_test(md_dense 0 "^\\| dense \\| f16 \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL 0 · 1\\.00× \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL 0 · 1\\.00× \\|$" "" ${eval_small})
-sieve_eval_test(md_details 0 "^\\| dense \\| f16 \\| niah_multikey \\| 512 \\| 2 \\| [0-9.]+ \\| [0-9.]+–[0-9.]+ \\| 0 \\| 0 \\| 100\\.0 \\|" "" ${eval_small})
+sieve_eval_test(md_details 0 "^\\| dense \\| f16 \\| niah_multikey \\| 512 \\| 2 \\| [0-9.]+ \\| [0-9.]+–[0-9.]+ \\| [0-9.]+ \\| 0 \\| 0 \\| 100\\.0 \\|" "" ${eval_small})
 sieve_eval_test(progress 0 "" "sieve eval: 8/8 requests, .*ETA 0 s" ${eval_small})
 # The f32 oracle as the reference: its row says f32, the f16 row is compared to it.
 sieve_eval_test(ref_f32 0 "^\\| dense \\(reference\\) \\| f32 \\| " "" ${eval_small} --ref-cache-type f32)

@@ -132,15 +132,18 @@ TEST(EvalMetrics, SummaryAggregatesACell) {
     std::vector<SampleOutcome> cell(3);
     cell[0].scored = true;
     cell[0].correct = true;
+    cell[0].ruler = 1.0;
     cell[0].steps = {2, 0.2, 0.5, 1.0, 1.0, 2.0};
     cell[0].rows_dense = 1000;
     cell[0].rows_kept = 250;
     cell[1].scored = true;
     cell[1].correct = false;
+    cell[1].ruler = 0.5;
     cell[1].steps = {6, 0.4, 0.9, 0.5, 2.0, 3.0};
     cell[1].rows_dense = 1000;
     cell[1].rows_kept = 250;
     cell[2].scored = false;  // counted in n_samples, not in accuracy, no steps
+    cell[2].ruler = 1.0;     // ignored: not scored
     cell[2].rows_dense = 500;
     cell[2].rows_kept = 500;
     const CellSummary s = eval_summarise(cell);
@@ -148,6 +151,7 @@ TEST(EvalMetrics, SummaryAggregatesACell) {
     EXPECT_EQ(s.n_scored, 2);
     EXPECT_EQ(s.n_correct, 1);
     EXPECT_NEAR(s.acc_ci.lo, eval_wilson(1, 2).lo, 1e-12);
+    EXPECT_NEAR(s.ruler, 0.75, 1e-12);  // mean over the scored samples
     EXPECT_NEAR(s.kl_mean, 0.3, 1e-12);  // mean of per-sample means
     EXPECT_NEAR(s.kl_max, 0.9, 1e-12);
     EXPECT_NEAR(s.agreement, 0.75, 1e-12);

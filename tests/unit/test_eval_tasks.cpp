@@ -388,6 +388,30 @@ TEST_F(EvalTasks, ScoreNeedsEveryAnswerVerbatim) {
     EXPECT_FALSE(score_answer(none, "anything"));
 }
 
+// RULER's string_match_all: the fraction of answers found, case-insensitively.
+TEST_F(EvalTasks, RulerScoreGivesPartialCreditCaseInsensitively) {
+    const EvalSample s = make("niah_multivalue", 800, 4);
+    ASSERT_EQ(s.answers.size(), 4u);
+    std::string all;
+    for (const std::string &a : s.answers) all += a + ", ";
+    EXPECT_DOUBLE_EQ(ruler_score(s, all), 1.0);
+    std::string three = all;
+    three.erase(three.find(s.answers[1]), s.answers[1].size());
+    EXPECT_DOUBLE_EQ(ruler_score(s, three), 0.75);
+    EXPECT_FALSE(score_answer(s, three));
+    EXPECT_DOUBLE_EQ(ruler_score(s, "no numbers here"), 0.0);
+    // cwe's answers are words: the strict score wants them verbatim, RULER any case.
+    const EvalSample cwe = make("cwe", 1200, 5);
+    ASSERT_GE(cwe.answers.size(), 2u);
+    std::string upper = cwe.answers[0] + " " + cwe.answers[1];
+    for (char &ch : upper)
+        if (ch >= 'a' && ch <= 'z') ch = static_cast<char>(ch - 'a' + 'A');
+    EXPECT_DOUBLE_EQ(ruler_score(cwe, upper), 2.0 / static_cast<double>(cwe.answers.size()));
+    EXPECT_DOUBLE_EQ(ruler_score(cwe, cwe.answers[0]), 1.0 / static_cast<double>(cwe.answers.size()));
+    EvalSample none;
+    EXPECT_DOUBLE_EQ(ruler_score(none, "anything"), 0.0);
+}
+
 TEST_F(EvalTasks, BadInputsAreErrorsThatSayWhatIsExpected) {
     auto err = [&](const std::string &task, TaskOptions o) {
         Result<EvalSample> r = make_sample(task, o, *tok_, nullptr);

@@ -69,12 +69,13 @@ StepMetrics StepAccumulator::result() const {
 
 CellSummary eval_summarise(const std::vector<SampleOutcome> &samples) {
     CellSummary c;
-    double kl_sum = 0, agree_sum = 0, nll_ref_tok = 0, nll_tok = 0;
+    double kl_sum = 0, agree_sum = 0, nll_ref_tok = 0, nll_tok = 0, ruler_sum = 0;
     int64_t n_with_steps = 0, n_tokens = 0, rows_dense = 0, rows_kept = 0;
     for (const SampleOutcome &s : samples) {
         ++c.n_samples;
         c.n_scored += s.scored ? 1 : 0;
         c.n_correct += s.scored && s.correct ? 1 : 0;
+        ruler_sum += s.scored ? s.ruler : 0.0;
         rows_dense += s.rows_dense;
         rows_kept += s.rows_kept;
         if (s.steps.n_steps == 0) continue;
@@ -89,6 +90,7 @@ CellSummary eval_summarise(const std::vector<SampleOutcome> &samples) {
         n_tokens += s.steps.n_steps;
     }
     c.acc_ci = eval_wilson(c.n_correct, c.n_scored);
+    if (c.n_scored > 0) c.ruler = ruler_sum / static_cast<double>(c.n_scored);
     if (n_with_steps > 0) {
         c.kl_mean = kl_sum / static_cast<double>(n_with_steps);
         c.agreement = agree_sum / static_cast<double>(n_with_steps);

@@ -71,6 +71,7 @@ struct CellSummary {
     int64_t n_scored = 0;  // samples with answers (all but ppl)
     int64_t n_correct = 0;
     WilsonInterval acc_ci;
+    double ruler = 0;             // mean RULER string_match_all over the scored samples, in [0, 1]
     double kl_mean = 0;           // mean over samples of the per-sample mean KL
     double kl_max = 0;            // max over samples of the per-sample max KL
     double agreement = 0;         // mean over samples
@@ -81,6 +82,7 @@ struct CellSummary {
 // One sample's contribution to a cell.
 struct SampleOutcome {
     bool scored = false, correct = false;
+    double ruler = 0;  // fraction of expected answers found (RULER), in [0, 1]
     StepMetrics steps;
     int64_t rows_dense = 0, rows_kept = 0;  // summed over every lane
 };

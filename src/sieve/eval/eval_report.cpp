@@ -80,13 +80,14 @@ std::string details_row(const CellReport &c) {
     const std::string acc = s.n_scored > 0 ? strfmt("%.1f", 100.0 * accuracy(s)) : "—";
     const std::string ci =
         s.n_scored > 0 ? strfmt("%.1f–%.1f", 100.0 * s.acc_ci.lo, 100.0 * s.acc_ci.hi) : "—";
+    const std::string ruler = s.n_scored > 0 ? strfmt("%.1f", 100.0 * s.ruler) : "—";
     const std::string kl = ref ? "— | —" : strfmt("%.4g | %.4g", s.kl_mean, s.kl_max);
     const std::string agree = ref ? "—" : strfmt("%.1f", 100.0 * s.agreement);
     return strfmt(
-        "| %s | %s | %s | %lld | %lld | %s | %s | %s | %s | %.3f | %.3f | %.2f× | %.2f | %.1f | %.1f |\n",
+        "| %s | %s | %s | %lld | %lld | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f× | %.2f | %.1f | %.1f |\n",
         c.row->policy.c_str(), cpu::row_type_name(c.row->kv_type), c.task.c_str(),
         static_cast<long long>(c.ctx), static_cast<long long>(s.n_samples), acc.c_str(), ci.c_str(),
-        kl.c_str(), agree.c_str(), s.ppl_ref, s.ppl, s.compression,
+        ruler.c_str(), kl.c_str(), agree.c_str(), s.ppl_ref, s.ppl, s.compression,
         static_cast<double>(c.peak_kv_bytes) / (1024.0 * 1024.0), c.prefill_ms, c.decode_ms);
 }
 
@@ -136,6 +137,7 @@ json cell_json(const CellReport &c) {
             {"accuracy", num_or_null(scored, accuracy(s))},
             {"acc_lo", num_or_null(scored, s.acc_ci.lo)},
             {"acc_hi", num_or_null(scored, s.acc_ci.hi)},
+            {"ruler", num_or_null(scored, s.ruler)},
             {"kl_mean", num_or_null(!ref, s.kl_mean)},
             {"kl_max", num_or_null(!ref, s.kl_max)},
             {"agreement", num_or_null(!ref, s.agreement)},
@@ -172,6 +174,8 @@ json sample_json(const EvalResult &r, const EvalSampleResult &s) {
             {"n_prompt", s.n_prompt},
             {"scored", s.scored},
             {"correct", s.correct},
+            {"ruler", num_or_null(s.scored, s.ruler)},
+            {"answers", s.answers},
             {"output", s.output},
             {"n_gen", s.n_gen},
             {"n_steps", s.steps.n_steps},
@@ -197,7 +201,8 @@ std::string eval_report_md(const EvalResult &r, const EvalPlan &plan, const Eval
         strfmt("sieve eval: %s, %lld samples per cell, seed %llu, %.1f s\n\n", info.model.c_str(),
                static_cast<long long>(plan.n_samples), static_cast<unsigned long long>(plan.seed), r.wall_s);
     o += "accuracy % [95% Wilson interval] · mean KL(dense ‖ policy), nats/token · compression (dense rows / "
-         "kept rows)\n\n";
+         "kept rows)\naccuracy: every expected string in the output; RULER %: the mean fraction found "
+         "(RULER's string_match_all, case-insensitive)\n\n";
     o += "| policy | KV |";
     std::string rule = "|---|---|";
     for (const std::string &task : plan.tasks)
@@ -218,9 +223,9 @@ std::string eval_report_md(const EvalResult &r, const EvalPlan &plan, const Eval
         }
         o += "\n";
     }
-    o += "\n| policy | KV | task | ctx | n | acc % | 95% CI | KL mean | KL max | top-1 agree % | ppl dense | "
+    o += "\n| policy | KV | task | ctx | n | acc % | 95% CI | RULER % | KL mean | KL max | top-1 agree % | ppl dense | "
          "ppl policy | compression | peak KV MiB | prefill ms | decode ms |\n";
-    o += "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    o += "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const CellReport &c : cells) o += details_row(c);
     return o;
 }

@@ -186,6 +186,7 @@ EvalSampleResult sample_result(int row, const CellSample &cs, const Job &timing)
     r.seed = cs.s.seed;
     r.depth = cs.depth;
     r.n_prompt = static_cast<int64_t>(cs.prompt.size());
+    r.answers = cs.s.answers;
     r.rows_kept = timing.rows_kept;
     r.rows_dense = timing.rows_dense;
     r.cached_tokens = timing.n_cached;
@@ -200,6 +201,7 @@ EvalSampleResult sample_result(int row, const CellSample &cs, const Job &timing)
 void score_free(EvalSampleResult *r, const CellSample &cs, const Job &free_run) {
     r->scored = !cs.s.answers.empty();
     r->correct = r->scored && free_run.error.empty() && score_answer(cs.s, free_run.text);
+    r->ruler = r->scored && free_run.error.empty() ? ruler_score(cs.s, free_run.text) : 0.0;
     r->output = free_run.text;
     r->n_gen = static_cast<int64_t>(free_run.tokens.size());
 }
@@ -450,6 +452,7 @@ Status run_policy(const CellContext &c, const CellSample *group, size_t n, int r
         } else {
             r.scored = ref[i].scored;
             r.correct = ref[i].correct && r.error.empty();
+            r.ruler = r.error.empty() ? ref[i].ruler : 0.0;
             r.output = ref[i].output;
             r.n_gen = ref[i].n_gen;
         }
@@ -508,6 +511,7 @@ std::vector<SampleOutcome> eval_outcomes(const EvalResult &r, int row, const std
         SampleOutcome o;
         o.scored = s.scored;
         o.correct = s.correct;
+        o.ruler = s.ruler;
         o.steps = s.steps;
         for (int64_t k : s.rows_kept) o.rows_kept += k;
         o.rows_dense = s.rows_dense * static_cast<int64_t>(s.rows_kept.size());

@@ -84,6 +84,8 @@ struct EvalSampleResult {
     double depth = 0;      // asked needle depth (or -1 when the task has none)
     int64_t n_prompt = 0;  // prompt tokens fed (ppl: without the forced tail)
     bool scored = false, correct = false;
+    double ruler = 0;                // RULER's string_match_all of the output, in [0, 1]
+    std::vector<std::string> answers;  // the expected strings
     std::string output;              // the free (greedy) run's text
     int64_t n_gen = 0;               // its tokens
     StepMetrics steps;               // forced run vs the reference (the reference row: only NLL)

@@ -797,4 +797,17 @@ bool score_answer(const EvalSample &sample, const std::string &output) {
     return true;
 }
 
+double ruler_score(const EvalSample &sample, const std::string &output) {
+    if (sample.answers.empty()) return 0.0;
+    const auto lower = [](std::string s) {
+        for (char &ch : s)
+            if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+        return s;
+    };
+    const std::string out = lower(output);
+    int64_t found = 0;
+    for (const std::string &a : sample.answers) found += out.find(lower(a)) != std::string::npos ? 1 : 0;
+    return static_cast<double>(found) / static_cast<double>(sample.answers.size());
+}
+
 }  // namespace sieve

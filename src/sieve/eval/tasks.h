@@ -88,8 +88,15 @@ std::vector<std::string> eval_task_names();
 Result<EvalSample> make_sample(const std::string &task, const TaskOptions &opt, const Tokenizer &tok,
                                const ChatTemplate *tmpl);
 
-// True when every expected answer appears verbatim in the output (RULER's
-// string_match_all). A sample without answers (ppl) is never answered.
+// True when every expected answer appears verbatim in the output (the strict
+// per-sample score: all or nothing, case-sensitive). A sample without answers
+// (ppl) is never answered.
 bool score_answer(const EvalSample &sample, const std::string &output);
+
+// RULER's string_match_all for one sample: the fraction of expected answers
+// found in the output, compared case-insensitively (ASCII), in [0, 1]; 0 for
+// a sample without answers. Its mean over a cell is RULER's score, which
+// gives partial credit where score_answer gives none.
+double ruler_score(const EvalSample &sample, const std::string &output);
 
 }  // namespace sieve
