@@ -2,7 +2,8 @@
 """Plot the dense baseline: the reference row's accuracy per task against the
 context length, one panel per model, from any number of `sieve eval -o json`
 files (each cell's reference row; a (model, task, length) given twice is an
-error). Error bars are the Wilson 95% intervals. The ppl task, which has no
+error). Error bars are the Wilson 95% intervals; where a task has several
+answers and the files carry RULER's partial-credit score, it is drawn dashed. The ppl task, which has no
 accuracy, gets its own panel per model: the perplexity of the scored tail.
 
     python3 eval/plot_baseline.py qwen-*.json smol-*.json -o docs/accuracy-baseline.png
@@ -61,8 +62,14 @@ def main():
             acc = [100 * cells[c]["accuracy"] for c in ctxs]
             lo = [a - 100 * cells[c]["acc_lo"] for a, c in zip(acc, ctxs)]
             hi = [100 * cells[c]["acc_hi"] - a for a, c in zip(acc, ctxs)]
-            ax.errorbar(xs, acc, yerr=[lo, hi], marker="o", capsize=3,
-                        label=f"{task} (n={cells[ctxs[0]]['n_scored']})")
+            line = ax.errorbar(xs, acc, yerr=[lo, hi], marker="o", capsize=3,
+                               label=f"{task} (n={cells[ctxs[0]]['n_scored']})")
+            # RULER's partial-credit score, dashed, where the files have it and it differs.
+            ruler = [cells[c].get("ruler") for c in ctxs]
+            if all(r is not None for r in ruler) and any(abs(r - cells[c]["accuracy"]) > 1e-9
+                                                        for r, c in zip(ruler, ctxs)):
+                ax.plot(xs, [100 * r for r in ruler], linestyle="--", marker="x",
+                        color=line[0].get_color(), label=f"{task}, RULER score")
         ax.set_xscale("log", base=2)
         ax.set_ylim(-5, 105)
         ax.set_xlabel("prompt tokens")
