@@ -73,22 +73,29 @@ template <class R>
         }
         return;
     }
-    // Selected rows: [j0, j1) counts rows of the spans laid end to end
-    // (x = 0 at the first span's begin). Each piece of a span inside the
-    // chunk is walked in blocks of k_blk from the piece's start, so a single
-    // span [0, n) walks exactly the dense blocks.
+    // Selected rows: [j0, j1) counts rows of the spans laid end to end (x = 0
+    // at the first span's begin), walked in blocks of k_blk of those rows from
+    // j0 (a multiple of k_blk). A block gathers the pieces of every span it
+    // covers, so 16-row pages cost one softmax update per 64 rows like dense
+    // rows do; a single span [0, n) walks exactly the dense blocks.
     const RowSpans &sp = *a.spans;
     const int64_t n_sel = sp.n_rows(kvh), x1 = std::min(j0 + chunk, n_sel);
-    int64_t x = 0;  // rows of the spans before span i
-    for (int64_t i = 0; i < sp.n_spans(kvh) && x < x1; ++i) {
-        const int64_t b = sp.begin(kvh, i), len = sp.end(kvh, i) - b;
-        const int64_t lo = std::max(j0, x), hi = std::min(x1, x + len);
-        for (int64_t xb = lo; xb < hi; xb += decode::k_blk) {
-            const int64_t nb = std::min(decode::k_blk, hi - xb), r = b + (xb - x);
-            decode::block<R>(a.q + h0 * d, group, k + r * R::stride(d), v + r * R::stride(d), nb, d, a.scale, s, part0,
-                             hstride);
+    int64_t i = 0, x = 0;  // span i holds selected rows [x, x + its length)
+    decode::Piece<R> pieces[decode::k_blk];
+    for (int64_t xb = j0; xb < x1; xb += decode::k_blk) {
+        const int64_t xe = std::min(xb + decode::k_blk, x1);
+        int np = 0;
+        for (int64_t cur = xb; cur < xe;) {
+            while (x + (sp.end(kvh, i) - sp.begin(kvh, i)) <= cur) {
+                x += sp.end(kvh, i) - sp.begin(kvh, i);
+                ++i;
+            }
+            const int64_t r = sp.begin(kvh, i) + (cur - x);
+            const int64_t n = std::min(xe, x + sp.end(kvh, i) - sp.begin(kvh, i)) - cur;
+            pieces[np++] = {k + r * R::stride(d), v + r * R::stride(d), n};
+            cur += n;
         }
-        x += len;
+        decode::block_pieces<R>(a.q + h0 * d, group, pieces, np, xe - xb, d, a.scale, s, part0, hstride);
     }
 }
 

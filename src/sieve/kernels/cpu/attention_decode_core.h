@@ -323,13 +323,23 @@ inline void qk(const float *q, int64_t group, const typename R::T *k_rows, int64
     }
 }
 
-// nb <= k_blk consecutive rows: k_rows / v_rows [nb, d] of R's element type.
-// q: the group's queries [group, d]. s: scratch [group * k_blk].
+// A run of consecutive rows of a lane: its first K and V rows and its length.
 template <class R>
-inline void block(const float *q, int64_t group, const typename R::T *k_rows, const typename R::T *v_rows, int64_t nb,
-                  int64_t d, float scale, float *s, float *part0, int64_t hstride) {
+struct Piece {
+    const typename R::T *k, *v;
+    int64_t n;
+};
+
+// One block of nb = sum of the pieces' lengths <= k_blk rows, gathered from
+// np runs of a lane (one run: consecutive rows, the dense case; several: the
+// short spans page selection leaves, so the block's online-softmax update is
+// paid once per k_blk rows read, not once per span). q: the group's queries
+// [group, d]. s: scratch [group * k_blk]; the pieces' scores lie end to end.
+template <class R>
+inline void block_pieces(const float *q, int64_t group, const Piece<R> *pc, int np, int64_t nb, int64_t d,
+                         float scale, float *s, float *part0, int64_t hstride) {
     // 1. Each K row is read from memory once and dotted with every query head of the group.
-    qk<R>(q, group, k_rows, nb, d, scale, s);
+    for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i) qk<R>(q, group, pc[i].k, pc[i].n, d, scale, s + off);
     // 2. Online softmax per head over the block.
     const int64_t mi = m_at(d);
     for (int64_t g = 0; g < group; ++g) {
@@ -354,7 +364,15 @@ inline void block(const float *q, int64_t group, const typename R::T *k_rows, co
         part[mi + 1] = part[mi + 1] * alpha + sum;
     }
     // 3. Each V row read once per tile of heads, accumulated in registers.
-    pv<R>(s, group, v_rows, nb, d, part0, hstride);
+    for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i) pv<R>(s + off, group, pc[i].v, pc[i].n, d, part0, hstride);
+}
+
+// nb <= k_blk consecutive rows: k_rows / v_rows [nb, d] of R's element type.
+template <class R>
+inline void block(const float *q, int64_t group, const typename R::T *k_rows, const typename R::T *v_rows, int64_t nb,
+                  int64_t d, float scale, float *s, float *part0, int64_t hstride) {
+    const Piece<R> one{k_rows, v_rows, nb};
+    block_pieces<R>(q, group, &one, 1, nb, d, scale, s, part0, hstride);
 }
 
 // partial: [n_head][n_chunks] x part_len(d) -> o [n_head, d], lse [n_head] (optional).
