@@ -192,7 +192,7 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          make_h2o},
         {"quest", {"budget", "page", "interval", "sink", "recent", "full_layers", "agg"},
          "Quest page selection: every row kept, each decode query reads the pages of `page` rows with the highest "
-         "min/max bound, reselected every `interval` steps (default budget=2048, page=64, interval=4, sink=16, "
+         "min/max bound, reselected every `interval` steps (default budget=2048, page=16, interval=4, sink=16, "
          "full_layers=2, agg=max)",
          make_quest},
         {"lserve", {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill"},

@@ -31,7 +31,12 @@ namespace sieve {
 
 struct QuestParams {
     int64_t budget = 2048;     // rows a KV head reads per decode step
-    int64_t page = 64;         // rows per selection unit (a multiple of k_summary_rows)
+    // Rows per selection unit (a multiple of k_summary_rows). 16 = one logical
+    // page, Quest's page size: LServe's 64-row units lost multi-key NIAH
+    // samples at 8k and 16k that 16-row units keep, and with the decode
+    // gathering short spans into 64-row blocks they cost under 1% of speed
+    // (docs/accuracy.md, docs/benchmarks.md).
+    int64_t page = 16;
     int64_t interval = 4;      // decode steps a selection is reused for
     int64_t sink = 16;         // first rows always read
     int64_t recent = 0;        // last rows always read (besides the newest unit)
