@@ -80,18 +80,15 @@ template <class R>
     // rows do; a single span [0, n) walks exactly the dense blocks.
     const RowSpans &sp = *a.spans;
     const int64_t n_sel = sp.n_rows(kvh), x1 = std::min(j0 + chunk, n_sel);
-    int64_t i = 0, x = 0;  // span i holds selected rows [x, x + its length)
+    const auto len = [&](int64_t i) { return sp.end(kvh, i) - sp.begin(kvh, i); };
+    int64_t i = 0, x = 0;  // span i holds selected rows [x, x + len(i))
     decode::Piece<R> pieces[decode::k_blk];
     for (int64_t xb = j0; xb < x1; xb += decode::k_blk) {
         const int64_t xe = std::min(xb + decode::k_blk, x1);
         int np = 0;
         for (int64_t cur = xb; cur < xe;) {
-            while (x + (sp.end(kvh, i) - sp.begin(kvh, i)) <= cur) {
-                x += sp.end(kvh, i) - sp.begin(kvh, i);
-                ++i;
-            }
-            const int64_t r = sp.begin(kvh, i) + (cur - x);
-            const int64_t n = std::min(xe, x + sp.end(kvh, i) - sp.begin(kvh, i)) - cur;
+            for (; x + len(i) <= cur; ++i) x += len(i);
+            const int64_t r = sp.begin(kvh, i) + (cur - x), n = std::min(xe, x + len(i)) - cur;
             pieces[np++] = {k + r * R::stride(d), v + r * R::stride(d), n};
             cur += n;
         }
