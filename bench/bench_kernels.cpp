@@ -219,6 +219,27 @@ void bm_attention_qwen(benchmark::State &state) {
     }
 }
 
+// The same prefill on each path for f16 rows: the f32 tiles over widened
+// rows, and the AMX tiles (where the CPU has them; else it says so).
+void bm_attention_qwen_prefill(benchmark::State &state, bool amx) {
+    const int64_t n_q = state.range(0), n_rows = state.range(1);
+    QwenAttn data(n_q, n_rows);
+    ThreadPool pool(bench_threads());
+    const bool was = cpu::attention_prefill_uses_amx();
+    if (cpu::attention_prefill_use_amx(amx) != amx) {
+        state.SkipWithError("no AMX tiles on this machine");
+        return;
+    }
+    for (auto _ : state) {
+        cpu::attention_prefill(data.a, pool);
+        benchmark::DoNotOptimize(data.o.data());
+    }
+    cpu::attention_prefill_use_amx(was);
+    state.counters["FLOP/s"] = benchmark::Counter(
+        4.0 * n_q * (n_rows - n_q / 2.0) * QwenAttn::d * QwenAttn::n_head * static_cast<double>(state.iterations()),
+        benchmark::Counter::kIsRate);
+}
+
 // A decode step of a batch, SmolLM2-like (9 query / 3 KV heads of 64, f16
 // rows): n_seq sequences, the first holding `first` rows and the others
 // `rest`. `multi` = false is one attention_decode per sequence (a dispatch
@@ -340,6 +361,11 @@ BENCHMARK(bm_attention_scores_qwen)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_attention_qwen)
     ->Args({512, 4096})->Args({512, 16384})->Args({1, 4096})->Args({1, 16384})->Unit(benchmark::kMicrosecond);
+
+BENCHMARK_CAPTURE(bm_attention_qwen_prefill, f32_tiles, false)
+    ->Args({512, 512})->Args({512, 4096})->Args({512, 16384})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bm_attention_qwen_prefill, amx_tiles, true)
+    ->Args({512, 512})->Args({512, 4096})->Args({512, 16384})->Unit(benchmark::kMillisecond);
 
 // Args: sequences, rows of the first, rows of each other one.
 BENCHMARK_CAPTURE(bm_attention_decode_batch, loop, false, false)

@@ -112,7 +112,26 @@ enum class Kernel { prefill, decode };
 // (those move O by a sizeable fraction of |v|). lse is compared absolutely
 // with 1e-5 * (1 + |lse|): it is m + log(l) with l summed in f32.
 // o / lse: a kernel's outputs for c (lse may be null: not checked).
-void expect_close(const AttnCase &c, const char *name, const std::vector<float> &o, const float *lse) {
+//
+// The AMX prefill tiles (half and quantized rows, where the CPU has them)
+// multiply bf16 hi/lo splits: a score q.k is then within 2^-16 sum_c |q_c k_c|
+// of its f32 value (the rounding of q's lo part; the split of a quantized
+// row's 19-bit values adds as much), so with B = 2^-15 of that sum times the
+// scale over the row's keys, times 2 for slack, lse moves by at most B and O
+// by at most (2B + 2^-15) max |v| (probabilities within e^(2B), P's own split).
+double amx_score_bound(const AttnCase &c, int64_t i, int64_t h) {
+    const int64_t group = c.n_head / c.n_head_kv, g = h / group, d = c.head_dim;
+    const float *q = c.q.data() + (i * c.n_head + h) * d;
+    double most = 0.0;
+    for (int64_t j = 0; j <= c.past[static_cast<size_t>(g)] + i; ++j) {
+        double sum = 0.0;
+        for (int64_t e = 0; e < d; ++e) sum += std::fabs(double(q[e]) * double(c.k[static_cast<size_t>(g)].p[j * d + e]));
+        most = std::max(most, sum);
+    }
+    return 2.0 * std::ldexp(most, -15) / std::sqrt(static_cast<double>(d));
+}
+
+void expect_close(const AttnCase &c, const char *name, const std::vector<float> &o, const float *lse, bool amx = false) {
     const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim);
     std::vector<float> o_ref(n_o), lse_ref(static_cast<size_t>(c.n_head * c.n_q));
     cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()));
@@ -124,7 +143,8 @@ void expect_close(const AttnCase &c, const char *name, const std::vector<float> 
     int n_bad = 0;
     for (int64_t i = 0; i < c.n_q && n_bad < 5; ++i) {
         for (int64_t h = 0; h < c.n_head && n_bad < 5; ++h) {
-            const float tol = 2e-5f * vmax[h / group];
+            const double bound = amx ? amx_score_bound(c, i, h) : 0.0;
+            const float tol = static_cast<float>((2e-5 + (amx ? 2.0 * bound + std::ldexp(1.0, -15) : 0.0)) * vmax[h / group]);
             for (int64_t e = 0; e < c.head_dim; ++e) {
                 const size_t idx = static_cast<size_t>((i * c.n_head + h) * c.head_dim + e);
                 if (!(std::fabs(o[idx] - o_ref[idx]) <= tol)) {
@@ -136,7 +156,7 @@ void expect_close(const AttnCase &c, const char *name, const std::vector<float> 
                 }
             }
             const size_t li = static_cast<size_t>(h * c.n_q + i);
-            if (lse && !(std::fabs(lse[li] - lse_ref[li]) <= 1e-5f * (1.0f + std::fabs(lse_ref[li])))) {
+            if (lse && !(std::fabs(lse[li] - lse_ref[li]) <= 1e-5f * (1.0f + std::fabs(lse_ref[li])) + static_cast<float>(bound))) {
                 ADD_FAILURE() << name << " lse[h=" << h << ", q=" << i << "] = " << lse[li] << ", want " << lse_ref[li]
                               << " (n_q=" << c.n_q << " n_kv=" << c.n_kv << ")";
                 ++n_bad;
@@ -152,7 +172,20 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
         cpu::attention_prefill(c.args(o.data(), lse.data()), pool);
     else
         cpu::attention_decode(c.args(o.data(), lse.data()), pool);
-    expect_close(c, kernel == Kernel::prefill ? "prefill" : "decode", o, lse.data());
+    const bool amx = kernel == Kernel::prefill && c.kv_type != cpu::RowType::f32 && cpu::attention_prefill_uses_amx();
+    expect_close(c, kernel == Kernel::prefill ? (amx ? "prefill (amx)" : "prefill") : "decode", o, lse.data(), amx);
+}
+
+// Runs fn(name) once per prefill path the machine has for half and quantized
+// rows: the f32 tiles over widened rows, then the AMX tiles where the CPU and
+// OS offer them. Restores the switch.
+template <class F>
+void each_prefill_path(F fn) {
+    const bool was = cpu::attention_prefill_uses_amx();
+    cpu::attention_prefill_use_amx(false);
+    fn("f32 tiles");
+    if (cpu::attention_prefill_use_amx(true)) fn("amx tiles");
+    cpu::attention_prefill_use_amx(was);
 }
 
 // Prefills c's n_q queries (one lane per KV head from position pos0) in
@@ -309,13 +342,15 @@ TEST(Attention, PrefillSplitsTheKeysOfFewRows) {
 // chunks as tasks) give the same bits, with 1, 2 or 3 threads. This is what
 // lets a prompt prefilled after a prefix-cache hit, or chunked differently
 // under load, give the same tokens.
-TEST(Attention, PrefillBitsDoNotDependOnHowThePromptIsCut) {
+static void expect_bits_independent_of_the_cut(cpu::RowType t, int64_t d, const std::string &path,
+                                               std::vector<int64_t> pasts = {0, 37, 700, 2100}) {
     std::mt19937 rng(51);
     const Heads heads[] = {{4, 4}, {9, 3}, {14, 2}};
     for (Heads hh : heads)
-        for (int64_t pos0 : {0, 37, 700, 2100}) {
-            const int64_t n_q = 61, d = 64;
-            const AttnCase c(rng, hh.n_head, hh.n_head_kv, d, n_q, pos0, pos0 + n_q);
+        for (int64_t pos0 : pasts) {
+            const int64_t n_q = 61;
+            AttnCase c(rng, hh.n_head, hh.n_head_kv, d, n_q, pos0, pos0 + n_q);
+            if (t != cpu::RowType::f32) c.use_rows(t);
             const size_t per_q = static_cast<size_t>(c.n_head * d);
             std::vector<float> o_all(per_q * n_q, NAN), l_all(static_cast<size_t>(c.n_head * n_q), NAN);
             ThreadPool pool2(2);
@@ -327,7 +362,7 @@ TEST(Attention, PrefillBitsDoNotDependOnHowThePromptIsCut) {
                     prefill_in_pieces(c, pos0, pool, [&](int64_t q0) {
                         return cut == 0 ? int64_t{1} : cut == 1 ? std::min<int64_t>(n_q - q0, 1 + static_cast<int64_t>(rng() % 23)) : std::min<int64_t>(n_q - q0, 17);
                     }, o, l);
-                    const std::string what = "heads " + std::to_string(hh.n_head) + "/" + std::to_string(hh.n_head_kv) +
+                    const std::string what = path + ", d " + std::to_string(d) + ", heads " + std::to_string(hh.n_head) + "/" + std::to_string(hh.n_head_kv) +
                                              ", past " + std::to_string(pos0) + ", cut " + std::to_string(cut) + ", " +
                                              std::to_string(n_threads) + " threads";
                     EXPECT_EQ(0, std::memcmp(o.data(), o_all.data(), o.size() * sizeof(float))) << what;
@@ -336,6 +371,19 @@ TEST(Attention, PrefillBitsDoNotDependOnHowThePromptIsCut) {
             }
             check(c, Kernel::prefill, pool2);
         }
+}
+
+TEST(Attention, PrefillBitsDoNotDependOnHowThePromptIsCut) {
+    expect_bits_independent_of_the_cut(cpu::RowType::f32, 64, "f32 rows");
+    // half and quantized rows, on every prefill path (the AMX tiles too):
+    // head dims that fill whole tiles (64), and that leave pad channels in
+    // both products (36) or in the score product only (80)
+    each_prefill_path([&](const char *path) {
+        expect_bits_independent_of_the_cut(cpu::RowType::f16, 64, std::string("f16 rows, ") + path);
+        expect_bits_independent_of_the_cut(cpu::RowType::f16, 36, std::string("f16 rows, ") + path, {37, 2100});
+        expect_bits_independent_of_the_cut(cpu::RowType::bf16, 80, std::string("bf16 rows, ") + path, {0, 700});
+        expect_bits_independent_of_the_cut(cpu::RowType::q8_0, 64, std::string("q8_0 rows, ") + path, {37});
+    });
 }
 
 TEST(Attention, UnevenLanesMatchReference) {
@@ -385,50 +433,56 @@ TEST(Attention, EqualPerHeadRowsGiveTheUniformBits) {
 }
 
 TEST(Attention, HalfRowsMatchReference) {
-    // f16 and bf16 lanes (the default KV type): the kernels widen a block of
-    // rows in L1 and run the f32 inner loops; the reference widens the same
-    // rounded values, so the tolerance is the f32 one. Uneven lanes, GQA, NaN
-    // past every lane's end (NaN survives the narrowing).
-    std::mt19937 rng(54);
-    ThreadPool pool(2);
-    for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16})
-        for (Heads hh : k_heads)
-            for (int64_t d : {64, 36}) {
-                std::vector<int64_t> past(static_cast<size_t>(hh.n_head_kv));
-                for (auto &p : past) p = static_cast<int64_t>(rng() % 400);
-                const int64_t most = *std::max_element(past.begin(), past.end());
-                AttnCase dec(rng, hh.n_head, hh.n_head_kv, d, 1, past, most + 5);
-                dec.use_rows(t);
-                check(dec, Kernel::decode, pool);
-                for (int64_t n_q : {3, 77}) {
-                    AttnCase pre(rng, hh.n_head, hh.n_head_kv, d, n_q, past, most + n_q + 2);
-                    pre.use_rows(t);
-                    check(pre, Kernel::prefill, pool);
+    each_prefill_path([&](const char *) {
+        // f16 and bf16 lanes (the default KV type): the kernels widen a block of
+        // rows in L1 and run the f32 inner loops; the reference widens the same
+        // rounded values, so the tolerance is the f32 one (on the AMX tiles, plus
+        // their bf16 split's, expect_close). Uneven lanes, GQA, NaN
+        // past every lane's end (NaN survives the narrowing).
+        std::mt19937 rng(54);
+        ThreadPool pool(2);
+        for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16})
+            for (Heads hh : k_heads)
+                for (int64_t d : {64, 36}) {
+                    std::vector<int64_t> past(static_cast<size_t>(hh.n_head_kv));
+                    for (auto &p : past) p = static_cast<int64_t>(rng() % 400);
+                    const int64_t most = *std::max_element(past.begin(), past.end());
+                    AttnCase dec(rng, hh.n_head, hh.n_head_kv, d, 1, past, most + 5);
+                    dec.use_rows(t);
+                    check(dec, Kernel::decode, pool);
+                    for (int64_t n_q : {3, 77}) {
+                        AttnCase pre(rng, hh.n_head, hh.n_head_kv, d, n_q, past, most + n_q + 2);
+                        pre.use_rows(t);
+                        check(pre, Kernel::prefill, pool);
+                    }
                 }
-            }
+    });
 }
 
 TEST(Attention, QuantizedRowsMatchReference) {
-    // q8_0 / q4_0 lanes (llama.cpp's KV cache types): the decode kernel
-    // dequantizes in registers, prefill in L1; the reference dequantizes the
-    // same bytes with the GGUF reference dequantizer, so the tolerance is the
-    // f32 one. Head sizes of the register paths (64, 128) and of the generic
-    // one (32, 96), GQA 1/3/7, uneven lanes, NaN rows past every lane's end.
-    std::mt19937 rng(55);
-    ThreadPool pool(2);
-    for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0})
-        for (Heads hh : k_heads)
-            for (int64_t d : {64, 128, 32, 96}) {
-                std::vector<int64_t> past(static_cast<size_t>(hh.n_head_kv));
-                for (auto &p : past) p = static_cast<int64_t>(rng() % 300);
-                const int64_t most = *std::max_element(past.begin(), past.end());
-                AttnCase dec(rng, hh.n_head, hh.n_head_kv, d, 1, past, most + 5);
-                dec.use_rows(t);
-                check(dec, Kernel::decode, pool);
-                AttnCase pre(rng, hh.n_head, hh.n_head_kv, d, 29, past, most + 31);
-                pre.use_rows(t);
-                check(pre, Kernel::prefill, pool);
-            }
+    each_prefill_path([&](const char *) {
+        // q8_0 / q4_0 lanes (llama.cpp's KV cache types): the decode kernel
+        // dequantizes in registers, prefill in L1; the reference dequantizes the
+        // same bytes with the GGUF reference dequantizer, so the tolerance is the
+        // f32 one (on the AMX tiles, f32's plus their bf16 split's, expect_close).
+        // Head sizes of the register paths (64, 128) and of the generic
+        // one (32, 96), GQA 1/3/7, uneven lanes, NaN rows past every lane's end.
+        std::mt19937 rng(55);
+        ThreadPool pool(2);
+        for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0})
+            for (Heads hh : k_heads)
+                for (int64_t d : {64, 128, 32, 96}) {
+                    std::vector<int64_t> past(static_cast<size_t>(hh.n_head_kv));
+                    for (auto &p : past) p = static_cast<int64_t>(rng() % 300);
+                    const int64_t most = *std::max_element(past.begin(), past.end());
+                    AttnCase dec(rng, hh.n_head, hh.n_head_kv, d, 1, past, most + 5);
+                    dec.use_rows(t);
+                    check(dec, Kernel::decode, pool);
+                    AttnCase pre(rng, hh.n_head, hh.n_head_kv, d, 29, past, most + 31);
+                    pre.use_rows(t);
+                    check(pre, Kernel::prefill, pool);
+                }
+    });
 }
 
 namespace {
@@ -598,28 +652,30 @@ struct LambdaCase {
 // prefixes (the few-rows path), uneven lanes, GQA groups, half and quantized
 // rows, and heads of one call mixing streaming and dense.
 TEST(Attention, LambdaPrefillMatchesReference) {
-    std::mt19937 rng(61);
-    ThreadPool pool(2);
-    struct Shape {
-        int64_t nh, nkv, d, nq, past, sink, recent;
-    };
-    const Shape shapes[] = {
-        {4, 2, 64, 97, 0, 4, 16},      {14, 2, 64, 300, 0, 64, 256}, {9, 3, 36, 61, 700, 5, 1},
-        {8, 2, 64, 130, 2100, 0, 100}, {8, 2, 32, 3, 3000, 64, 256}, {1, 1, 64, 1, 5000, 16, 70},
-        {14, 2, 128, 40, 1500, 300, 64}, {4, 4, 64, 200, 1100, 1, 1030},
-    };
-    for (const Shape &sh : shapes) {
-        AttnCase c(rng, sh.nh, sh.nkv, sh.d, sh.nq, sh.past, sh.past + sh.nq + 3);
-        LambdaCase lc(c, rng, sh.sink, sh.recent);
-        check(c, Kernel::prefill, pool);
-    }
-    // Uneven lanes (a compacted layer) and every row type.
-    for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0, cpu::RowType::q4_0}) {
-        AttnCase c(rng, 14, 2, 64, 77, std::vector<int64_t>{1300, 410}, 1400);
-        LambdaCase lc(c, rng, 32, 128, /*all_streaming=*/true);
-        c.use_rows(t);
-        check(c, Kernel::prefill, pool);
-    }
+    each_prefill_path([&](const char *) {
+        std::mt19937 rng(61);
+        ThreadPool pool(2);
+        struct Shape {
+            int64_t nh, nkv, d, nq, past, sink, recent;
+        };
+        const Shape shapes[] = {
+            {4, 2, 64, 97, 0, 4, 16},      {14, 2, 64, 300, 0, 64, 256}, {9, 3, 36, 61, 700, 5, 1},
+            {8, 2, 64, 130, 2100, 0, 100}, {8, 2, 32, 3, 3000, 64, 256}, {1, 1, 64, 1, 5000, 16, 70},
+            {14, 2, 128, 40, 1500, 300, 64}, {4, 4, 64, 200, 1100, 1, 1030},
+        };
+        for (const Shape &sh : shapes) {
+            AttnCase c(rng, sh.nh, sh.nkv, sh.d, sh.nq, sh.past, sh.past + sh.nq + 3);
+            LambdaCase lc(c, rng, sh.sink, sh.recent);
+            check(c, Kernel::prefill, pool);
+        }
+        // Uneven lanes (a compacted layer) and every row type.
+        for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0, cpu::RowType::q4_0}) {
+            AttnCase c(rng, 14, 2, 64, 77, std::vector<int64_t>{1300, 410}, 1400);
+            LambdaCase lc(c, rng, 32, 128, /*all_streaming=*/true);
+            c.use_rows(t);
+            check(c, Kernel::prefill, pool);
+        }
+    });
 }
 
 // A window covering every row is dense attention, bit for bit; and the Λ

@@ -26,8 +26,8 @@ namespace {
 constexpr float k_sentinel = -0.0f;
 
 // One call's inputs: q, K/V lanes (rows past a lane's last visible one are
-// NaN, so a kernel that reads them fails loudly), the lse attention_prefill
-// computed for them, and the score arguments over those queries.
+// NaN, so a kernel that reads them fails loudly), the lse attention_prefill's
+// f32 tiles computed for them, and the score arguments over those queries.
 struct ScoreCase {
     int64_t n_head, n_head_kv, d, n_q;
     std::vector<int64_t> past;  // [n_head_kv]
@@ -86,8 +86,15 @@ struct ScoreCase {
         a.n_head_kv = n_head_kv;
         a.head_dim = d;
         a.scale = scale();
+        // The f32 tiles' lse: the AMX tiles' (where the CPU has them) is
+        // within 2^-16 sum |q.k| of it (test_attention), which would scale
+        // each query's probabilities here by up to that, and this test is of
+        // the score kernel.
         ThreadPool pool(2);
+        const bool amx = cpu::attention_prefill_uses_amx();
+        cpu::attention_prefill_use_amx(false);
         cpu::attention_prefill(a, pool);
+        cpu::attention_prefill_use_amx(amx);
     }
     int64_t rows(int64_t g) const { return past[static_cast<size_t>(g)] + n_q; }
     float scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }

@@ -55,10 +55,23 @@
 //
 // lse = m + log l is the log of sum exp(scale * q.k) over visible keys.
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define SIEVE_AMX 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define SIEVE_AMX 0
+#endif
 
 #include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/attention_args.h"
@@ -196,19 +209,23 @@ struct Block {
     float *qt, *ot, *s, *m, *l;
     float *rel;   // masked tiles: rel[r] = last key row r sees - k0, clamped to [-1, k_kt]
     float *relo;  // Λ-masked tiles: relo[r] = first key past the sink row r sees - k0, clamped to [0, k_kt]
+    uint16_t *qb = nullptr, *pb = nullptr;  // AMX only: bf16 hi/lo pairs of the queries and of P
+};
+
+// The lanes of one KV head as the f32 tiles read them.
+struct F32Lanes {
+    const float *k, *v;
 };
 
 // One key tile [k0, k0 + nk) for the NV row vectors of a block. causal:
 // mask keys past each row's last (rel); keys jj >= lam0 of the tile are
 // past a streaming head's sink and hidden below each row's window (relo);
 // lam0 = nk: no Λ mask.
+// The masks and the online softmax of a tile whose scores s[jj][r] (jj < nk)
+// are in place: s becomes the probabilities, m and l move on, alpha[r] is
+// the factor the accumulators of row vector r are rescaled by.
 template <int NV>
-void tile(const Block &b, const float *k, const float *v, int64_t k0, int64_t nk, int64_t d, bool causal,
-          int64_t lam0) {
-    int64_t j = 0;
-    for (; j + k_jb <= nk; j += k_jb) qk_block<NV, k_jb>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
-    for (; j < nk; ++j) qk_block<NV, 1>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
-    V alpha[NV];
+inline void softmax_tile(const Block &b, int64_t nk, bool causal, int64_t lam0, V *alpha) {
     for (int r = 0; r < NV; ++r) {
         float *s = b.s + r * W;
         if (causal) {
@@ -242,18 +259,23 @@ void tile(const Block &b, const float *k, const float *v, int64_t k0, int64_t nk
         vstore(b.m + r * W, mx);
         vstore(b.l + r * W, vfma(vload(b.l + r * W), alpha[r], sum));
     }
+}
+
+template <int NV>
+void tile(const Block &b, const F32Lanes &lanes, int64_t k0, int64_t nk, int64_t d, bool causal, int64_t lam0) {
+    const float *k = lanes.k, *v = lanes.v;
+    int64_t j = 0;
+    for (; j + k_jb <= nk; j += k_jb) qk_block<NV, k_jb>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
+    for (; j < nk; ++j) qk_block<NV, 1>(b.qt, k + (k0 + j) * d, d, b.s + j * k_rb);
+    V alpha[NV];
+    softmax_tile<NV>(b, nk, causal, lam0, alpha);
     int64_t c = 0;
     for (; c + k_cb <= d; c += k_cb) pv_block<NV, k_cb>(b.ot + c * k_rb, alpha, b.s, v + k0 * d + c, nk, d);
     for (; c < d; c += 4) pv_block<NV, 4>(b.ot + c * k_rb, alpha, b.s, v + k0 * d + c, nk, d);
 }
 
-using TileFn = void (*)(const Block &, const float *, const float *, int64_t, int64_t, int64_t, bool, int64_t);
-
-template <int... NV>
-constexpr TileFn tile_fn(int nv, std::integer_sequence<int, NV...>) {
-    TileFn fns[] = {tile<NV + 1>...};
-    return fns[nv - 1];
-}
+template <class Lanes>
+using TileFn = void (*)(const Block &, const Lanes &, int64_t, int64_t, int64_t, bool, int64_t);
 
 // thread_local for the same reason as in matmul.cpp: persistent pool threads
 // keep their buffers, which only grow, so steady-state calls do not allocate.
@@ -303,25 +325,44 @@ bool hidden_from_block(const AttnArgs &a, int64_t kvh, int64_t r0, int64_t k0, i
     return lambda_head(a, kvh) && k0 >= a.lambda->sink && k1 <= window_start(a, kvh, r0);
 }
 
-// Precondition: pack_rows() filled b.qt for these rows.
-void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_t nr, int64_t kb, int64_t ke) {
-    const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
-    const bool lam = lambda_head(a, kvh);
+// The walk of rows [r0, r0 + nr) of KV head kvh over key tiles: begin()
+// starts a chunk's online softmax (m, l, ot in b), step(k0, ke) takes the
+// tile at k0 of a chunk that ends at ke. Precondition: the kernel's pack()
+// filled the block's queries for these rows.
+template <class Kern>
+struct RowWalk {
+    const AttnArgs &a;
+    const Kern &kern;
+    const Block &b;
+    int64_t kvh, r0, nr;
+    bool lam;
     int64_t lim[k_rb], lo[k_rb];  // last key row r sees, first past the sink (pad rows: the last row's)
-    for (int64_t r = 0; r < k_rb; ++r) {
-        const int64_t row = r0 + std::min(r, nr - 1);
-        lim[r] = a.past(kvh) + row / g;
-        lo[r] = lam ? std::max(a.lambda->sink, window_start(a, kvh, row)) : 0;
-        b.m[r] = -INFINITY;
-        b.l[r] = 0.0f;
+    int64_t first_lim, sink, last_lo;
+    decltype(kern.tile_fn(1)) fn;
+    decltype(kern.lanes(0)) lanes;
+
+    RowWalk(const AttnArgs &args, const Kern &k, const Block &blk, int64_t head, int64_t row0, int64_t rows)
+        : a(args), kern(k), b(blk), kvh(head), r0(row0), nr(rows), lam(lambda_head(args, head)) {
+        const int64_t g = a.n_head / a.n_head_kv;
+        for (int64_t r = 0; r < k_rb; ++r) {
+            const int64_t row = r0 + std::min(r, nr - 1);
+            lim[r] = a.past(kvh) + row / g;
+            lo[r] = lam ? std::max(a.lambda->sink, window_start(a, kvh, row)) : 0;
+        }
+        first_lim = a.past(kvh) + r0 / g;
+        sink = lam ? a.lambda->sink : 0;
+        last_lo = lo[k_rb - 1];
+        fn = kern.tile_fn(static_cast<int>((nr + W - 1) / W));
+        lanes = kern.lanes(kvh);
     }
-    std::fill(b.ot, b.ot + d * k_rb, 0.0f);
-    const int64_t first_lim = a.past(kvh) + r0 / g;
-    const int64_t sink = lam ? a.lambda->sink : 0, last_lo = lo[k_rb - 1];
-    const TileFn fn = tile_fn(static_cast<int>((nr + W - 1) / W), std::make_integer_sequence<int, k_rv>{});
-    for (int64_t k0 = kb; k0 < ke; k0 += k_kt) {
+    void begin() const {
+        std::fill(b.m, b.m + k_rb, -INFINITY);
+        std::fill(b.l, b.l + k_rb, 0.0f);
+        std::fill(b.ot, b.ot + kern.ot_rows * k_rb, 0.0f);
+    }
+    void step(int64_t k0, int64_t ke) const {
         const int64_t nk = std::min(k_kt, ke - k0);
-        if (hidden_from_block(a, kvh, r0, k0, k0 + nk)) continue;  // no row sees a key of it: a no-op
+        if (hidden_from_block(a, kvh, r0, k0, k0 + nk)) return;  // no row sees a key of it: a no-op
         const bool masked = k0 + nk - 1 > first_lim;
         if (masked)
             for (int64_t r = 0; r < k_rb; ++r) b.rel[r] = static_cast<float>(std::clamp<int64_t>(lim[r] - k0, -1, k_kt));
@@ -331,9 +372,38 @@ void run_rows(const AttnArgs &a, const Block &b, int64_t kvh, int64_t r0, int64_
             lam0 = std::max<int64_t>(0, sink - k0);
             for (int64_t r = 0; r < k_rb; ++r) b.relo[r] = static_cast<float>(std::clamp<int64_t>(lo[r] - k0, 0, k_kt));
         }
-        fn(b, static_cast<const float *>(a.k[kvh]), static_cast<const float *>(a.v[kvh]), k0, nk, d, masked, lam0);
+        fn(b, lanes, k0, nk, a.head_dim, masked, lam0);
     }
+};
+
+// Keys [kb, ke) for one block: leaves its (m, l, ot) in b.
+template <class Kern>
+void run_rows(const AttnArgs &a, const Kern &kern, const Block &b, int64_t kvh, int64_t r0, int64_t nr, int64_t kb,
+              int64_t ke) {
+    const RowWalk<Kern> w(a, kern, b, kvh, r0, nr);
+    w.begin();
+    for (int64_t k0 = kb; k0 < ke; k0 += k_kt) w.step(k0, ke);
 }
+
+// The f32 tiles: FMA micro-kernels over f32 lanes.
+struct F32Kernel {
+    const AttnArgs &a;
+    int64_t ot_rows;  // rows of ot a block accumulates (head_dim)
+    static constexpr int64_t extra_scratch = 0, qb_floats = 0;
+    static constexpr int64_t blocks_per_task = 1;
+    struct Scope {};  // per task: nothing to set up
+    explicit F32Kernel(const AttnArgs &args) : a(args), ot_rows(args.head_dim) {}
+    F32Lanes lanes(int64_t kvh) const {
+        return {static_cast<const float *>(a.k[kvh]), static_cast<const float *>(a.v[kvh])};
+    }
+    template <int... NV>
+    static TileFn<F32Lanes> pick(int nv, std::integer_sequence<int, NV...>) {
+        TileFn<F32Lanes> fns[] = {tile<NV + 1>...};
+        return fns[nv - 1];
+    }
+    TileFn<F32Lanes> tile_fn(int nv) const { return pick(nv, std::make_integer_sequence<int, k_rv>{}); }
+    void pack(const Block &b, int64_t kvh, int64_t r0, int64_t nr) const { pack_rows(a, b, kvh, r0, nr); }
+};
 
 // o and lse of rows [r0, r0 + nr) from their (m, l, ot).
 void store_rows(const AttnArgs &a, int64_t kvh, int64_t r0, int64_t nr, const float *m, const float *l,
@@ -426,16 +496,15 @@ void prefill_widened(const AttnArgs &a, ThreadPool &pool) {
     attention_prefill(f, pool);
 }
 
-}  // namespace
-
-void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
-    attn_check_args(a, "attention_prefill");
-    if (a.kv_type != RowType::f32) return prefill_widened(a, pool);
+// The task structure of a prefill call over the kernel's tiles.
+template <class Kern>
+void prefill_tasks(const AttnArgs &a, const Kern &kern, ThreadPool &pool) {
     const int64_t d = a.head_dim, g = a.n_head / a.n_head_kv;
     const int64_t n_rows = a.n_q * g;  // per KV head
     const int64_t n_blocks = (n_rows + k_rb - 1) / k_rb, n_tasks = a.n_head_kv * n_blocks;
-    const int64_t scratch = d * k_rb + k_kt * k_rb + 2 * k_rb;  // qt, s, rel, relo
-    const int64_t slot = (d + 2) * k_rb;                    // a partial: ot, m, l
+    const int64_t scratch = d * k_rb + k_kt * k_rb + 2 * k_rb + kern.extra_scratch;  // qt, s, rel, relo, kernel's
+    const int64_t dot = kern.ot_rows;                                               // rows of ot (>= d)
+    const int64_t slot = (dot + 2) * k_rb;                                          // a partial: ot, m, l
     const auto block_of = [&](int64_t t, int64_t *kvh, int64_t *r0, int64_t *nr) {
         // One KV head after another, so both threads stream the same K/V lane
         // while it is in cache (Llama-1B's 8 heads x 4.4 MB at depth 8192 do
@@ -448,31 +517,75 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     };
     // Keys [0, end) of block t: up to its last row's limit.
     const auto keys_end = [&](int64_t kvh, int64_t r0, int64_t nr) { return a.past(kvh) + (r0 + nr - 1) / g + 1; };
-    const auto partial = [&](float *p) { return Partial{p, p + d * k_rb, p + d * k_rb + k_rb}; };
+    const auto partial = [&](float *p) { return Partial{p, p + dot * k_rb, p + dot * k_rb + k_rb}; };
+    // A block's scratch: qt [d][k_rb], s [k_kt][k_rb], rel, relo, then the
+    // kernel's bf16 pairs (queries, then P); its m, l and ot are a partial's.
+    const auto block_at = [&](float *buf, const Partial &part) {
+        float *extra = buf + d * k_rb + k_kt * k_rb + 2 * k_rb;
+        return Block{buf,
+                     part.ot,
+                     buf + d * k_rb,
+                     part.m,
+                     part.l,
+                     buf + d * k_rb + k_kt * k_rb,
+                     buf + d * k_rb + k_kt * k_rb + k_rb,
+                     reinterpret_cast<uint16_t *>(extra),
+                     reinterpret_cast<uint16_t *>(extra + kern.qb_floats)};
+    };
     int64_t n_chunks = 1;  // the most any block has
     for (int64_t kvh = 0; kvh < a.n_head_kv; ++kvh)
         n_chunks = std::max(n_chunks, (keys_end(kvh, (n_blocks - 1) * k_rb, n_rows - (n_blocks - 1) * k_rb) +
                                        k_chunk - 1) / k_chunk);
     if (n_tasks >= k_min_tasks || n_chunks == 1) {
-        // Each task computes its block's chunks one after another and folds
-        // them as it goes.
-        pool.run(n_tasks, [&](int64_t t, int) {
-            int64_t kvh, r0, nr;
-            block_of(t, &kvh, &r0, &nr);
-            float *buf = tile_scratch(scratch + 2 * slot);
-            const Partial run = partial(buf + scratch), part = partial(buf + scratch + slot);
-            const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb,
-                          buf + d * k_rb + k_kt * k_rb + k_rb};
-            const int64_t end = keys_end(kvh, r0, nr);
-            std::fill(run.l, run.l + k_rb, 0.0f);
-            pack_rows(a, b, kvh, r0, nr);
-            for (int64_t kb = 0; kb < end; kb += k_chunk) {
-                const int64_t ke = std::min(end, kb + k_chunk);
-                if (hidden_from_block(a, kvh, r0, kb, ke)) continue;  // l = 0: the fold would skip it
-                run_rows(a, b, kvh, r0, nr, kb, ke);
-                fold(run, part, nr, d);
+        // Each task takes R adjacent blocks of one KV head and computes their
+        // chunks one after another, folding as it goes; the blocks of a task
+        // take each key tile in turn. A block's tiles, chunks and folds are
+        // its own, in the same order whatever R: the same bits.
+        constexpr int64_t R = Kern::blocks_per_task;
+        const int64_t n_units = (n_blocks + R - 1) / R;
+        pool.run(a.n_head_kv * n_units, [&](int64_t u, int) {
+            float *buf = tile_scratch(R * (scratch + 2 * slot));
+            [[maybe_unused]] const typename Kern::Scope scope;
+            struct Rows {
+                int64_t r0, nr, end;
+                Partial run, part;
+            };
+            Rows rows[R];
+            std::optional<Block> blocks[R];
+            std::optional<RowWalk<Kern>> walks[R];
+            const int64_t first = (u / n_units) * n_blocks + (u % n_units) * R;
+            const int64_t nb = std::min(R, (u / n_units + 1) * n_blocks - first);
+            int64_t kvh = 0, end = 0;
+            for (int64_t i = 0; i < nb; ++i) {
+                Rows &w = rows[i];
+                block_of(first + i, &kvh, &w.r0, &w.nr);
+                float *p = buf + i * (scratch + 2 * slot);
+                w.run = partial(p + scratch);
+                w.part = partial(p + scratch + slot);
+                w.end = keys_end(kvh, w.r0, w.nr);
+                end = std::max(end, w.end);
+                blocks[i].emplace(block_at(p, w.part));
+                std::fill(w.run.l, w.run.l + k_rb, 0.0f);
+                kern.pack(*blocks[i], kvh, w.r0, w.nr);
+                walks[i].emplace(a, kern, *blocks[i], kvh, w.r0, w.nr);
             }
-            store_rows(a, kvh, r0, nr, run.m, run.l, run.ot);
+            for (int64_t kb = 0; kb < end; kb += k_chunk) {
+                bool on[R] = {};
+                for (int64_t i = 0; i < nb; ++i) {
+                    const int64_t ke = std::min(rows[i].end, kb + k_chunk);
+                    // l = 0 for a chunk past the block or hidden from it: the fold would skip it
+                    on[i] = kb < rows[i].end && !hidden_from_block(a, kvh, rows[i].r0, kb, ke);
+                    if (on[i]) walks[i]->begin();
+                }
+                for (int64_t k0 = kb; k0 < std::min(end, kb + k_chunk); k0 += k_kt)
+                    for (int64_t i = 0; i < nb; ++i) {
+                        const int64_t ke = std::min(rows[i].end, kb + k_chunk);
+                        if (on[i] && k0 < ke) walks[i]->step(k0, ke);
+                    }
+                for (int64_t i = 0; i < nb; ++i)
+                    if (on[i]) fold(rows[i].run, rows[i].part, rows[i].nr, d);
+            }
+            for (int64_t i = 0; i < nb; ++i) store_rows(a, kvh, rows[i].r0, rows[i].nr, rows[i].run.m, rows[i].run.l, rows[i].run.ot);
         });
         return;
     }
@@ -491,10 +604,10 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
             return;
         }
         float *buf = tile_scratch(scratch);
-        const Block b{buf, part.ot, buf + d * k_rb, part.m, part.l, buf + d * k_rb + k_kt * k_rb,
-                      buf + d * k_rb + k_kt * k_rb + k_rb};
-        pack_rows(a, b, kvh, r0, nr);
-        run_rows(a, b, kvh, r0, nr, kb, std::min(end, kb + k_chunk));
+        const Block b = block_at(buf, part);
+        [[maybe_unused]] const typename Kern::Scope scope;
+        kern.pack(b, kvh, r0, nr);
+        run_rows(a, kern, b, kvh, r0, nr, kb, std::min(end, kb + k_chunk));
     });
     pool.run(n_tasks, [&](int64_t t, int) {
         int64_t kvh, r0, nr;
@@ -503,6 +616,340 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
         for (int64_t c = 1; c < n_chunks; ++c) fold(run, partial(parts + (t * n_chunks + c) * slot), nr, d);
         store_rows(a, kvh, r0, nr, run.m, run.l, run.ot);
     });
+}
+
+
+#if SIEVE_AMX
+// ---------------------------------------------------------------------------
+// AMX tiles (Intel AMX-BF16) for the two products, the softmax as above.
+//
+// Both products are taken transposed so that their results land in the
+// layout the softmax reads: S^T = K Q^T gives s[j][r] (a C tile of 16 keys
+// x 16 rows), O^T += V^T P gives ot[c][r] (16 channels x 16 rows). A tile
+// product C[m][n] += sum_p A[m][2p] B[p][2n] + A[m][2p+1] B[p][2n+1] takes
+// A as 16 rows of 32 bf16 (K rows over 32 channels; V^T rows over 32 keys)
+// and B as 16 rows of 16 bf16 pairs (the block's queries in channel pairs;
+// P in key pairs), so the lanes are packed once per call, K as it is and V
+// transposed, and the queries once per block, P once per tile. The lanes are
+// packed tile-major: every A tile is 1 KB of consecutive memory, and the
+// tiles of one key tile (64 keys) follow each other in the order the
+// products read them, so a block's walk over the keys is one stream.
+//
+// bf16 keeps 8 bits of mantissa where an f16 row holds 11: every operand is
+// split x = hi + lo (hi = bf16(x), lo = bf16(x - hi); exact for f16 and bf16
+// rows, within 2^-16 of x for f32 values and dequantized q8_0 / q4_0 rows),
+// and a product is a sum of tile products of the parts, each accumulated in
+// f32 by the tile unit. The scores take all four (hi*hi + hi*lo + lo*hi +
+// lo*lo), so a score is within about 2^-16 sum_c |q_c k_c| of its f32 value;
+// dropping lo*lo there let a stories260K logit move by a quarter of what the
+// f16 rounding of its KV cache moves it (tests/model), with it by a twentieth.
+// The output takes three (lo*lo of P and V measured no better), so a
+// probability's share of it is within about 2^-15 of itself.
+//
+// A row's bits still depend on its query and visible keys only: a C tile's
+// element (key, row) is one dot product of that row and that key, pad rows
+// and pad channels are zeros, keys a tile holds past its end get p = 0, and
+// the key tiles sit at the f32 kernel's fixed positions.
+//
+// Tile registers: tmm0-2 accumulate the row vectors (16 rows each) of a
+// block; tmm3/4 hold A's hi/lo, tmm5/6 B's.
+
+constexpr bool k_qk_lolo = true, k_pv_lolo = false;
+constexpr int64_t k_pairs = 16 * 32;  // bf16 of one B tile: 16 pairs x 16 rows x 2
+
+// One KV head's lanes as A tiles (bf16, zero past the lane's rows and past
+// head_dim), for a multiple of k_kt rows, ncb = ceil(d / 32) channel blocks
+// and ncg = ceil(d / 16) channel groups:
+//   k[key / 16][channel / 32][hi, lo][key % 16][channel % 32]
+//   v[key / 64][channel / 16][(key % 64) / 32][hi, lo][channel % 16][key % 32]
+struct AmxLanes {
+    const uint16_t *k, *v;
+    int64_t ncb, ncg;
+};
+constexpr int64_t k_tile = 16 * 32;  // bf16 of one A tile (16 rows of 64 bytes)
+inline int64_t amx_k_at(const AmxLanes &L, int64_t key, int64_t c) {
+    return ((key / 16 * L.ncb + c / 32) * 2) * k_tile + key % 16 * 32 + c % 32;
+}
+inline int64_t amx_v_at(const AmxLanes &L, int64_t key, int64_t c) {
+    return (((key / 64 * L.ncg + c / 16) * 2 + key % 64 / 32) * 2) * k_tile + c % 16 * 32 + key % 32;
+}
+
+struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Every tile 16 rows of 64 bytes; loaded per task, released after it.
+struct AmxScope {
+    AmxScope() {
+        TileConfig c;
+        for (int i = 0; i < 8; ++i) {
+            c.colsb[i] = 64;
+            c.rows[i] = 16;
+        }
+        // GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of
+        // the config, which lets the stores above sink past it; the operand
+        // here is the whole config.
+        __asm__ volatile("ldtilecfg %0" : : "m"(c));
+    }
+    ~AmxScope() { _tile_release(); }
+    AmxScope(const AmxScope &) = delete;
+    AmxScope &operator=(const AmxScope &) = delete;
+};
+
+// hi = bf16(x) widened back to f32.
+inline __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+inline __m256i bf16_round(__m512 x) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)); }
+
+// 16 values of x (the even member of each pair) and of y (the odd one) as
+// 16 interleaved pairs [x0 y0 x1 y1 ...] of bf16, hi and lo parts.
+inline void pack_pairs(__m512 x, __m512 y, uint16_t *hi, uint16_t *lo) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i h = _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x)));
+    const __m512 hx = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+    const __m512 hy = _mm512_castsi512_ps(_mm512_and_si512(h, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    const __m512i l = _mm512_permutexvar_epi16(
+        idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(y, hy), _mm512_sub_ps(x, hx))));
+    _mm512_storeu_si512(hi, h);
+    _mm512_storeu_si512(lo, l);
+}
+
+// B tiles from rows of k_rb floats (qt's channels, s's keys): rows [0, n)
+// of src, zero up to n_pad (a multiple of 32), for row vectors r < nv, as
+// [j / 32][r][(j % 32) / 2][row][j % 2] in hi and in lo.
+inline void pack_b_tiles(const float *src, int64_t n, int64_t n_pad, int nv, uint16_t *hi, uint16_t *lo) {
+    for (int64_t j = 0; j < n_pad; j += 2)
+        for (int r = 0; r < nv; ++r) {
+            const V x = j < n ? vload(src + j * k_rb + r * W) : vzero();
+            const V y = j + 1 < n ? vload(src + (j + 1) * k_rb + r * W) : vzero();
+            const int64_t at = ((j / 32) * 3 + r) * k_pairs + (j % 32) / 2 * 32;
+            pack_pairs(x, y, hi + at, lo + at);
+        }
+}
+
+// C(tmm ACC) += A(3, 4) * B: B's hi and lo from bh / bl (one B tile each),
+// the lo * lo product too when LOLO. GCC's tile intrinsics paste their
+// register numbers into the assembly, so they take literals, not template
+// arguments.
+#define SIEVE_DP(ACC, bh, bl)                           \
+    do {                                                \
+        _tile_loadd(5, (bh), 64);                       \
+        _tile_loadd(6, (bl), 64);                       \
+        _tile_dpbf16ps(ACC, 3, 5);                      \
+        _tile_dpbf16ps(ACC, 3, 6);                      \
+        _tile_dpbf16ps(ACC, 4, 5);                      \
+        if constexpr (LOLO) _tile_dpbf16ps(ACC, 4, 6); \
+    } while (0)
+template <int NV, bool LOLO>
+inline void dp_rows(const uint16_t *bh, const uint16_t *bl) {
+    SIEVE_DP(0, bh, bl);
+    if constexpr (NV > 1) SIEVE_DP(1, bh + k_pairs, bl + k_pairs);
+    if constexpr (NV > 2) SIEVE_DP(2, bh + 2 * k_pairs, bl + 2 * k_pairs);
+}
+#undef SIEVE_DP
+template <int NV>
+inline void tiles_zero() {
+    _tile_zero(0);
+    if constexpr (NV > 1) _tile_zero(1);
+    if constexpr (NV > 2) _tile_zero(2);
+}
+template <int NV>
+inline void tiles_load(const float *p) {
+    _tile_loadd(0, p, k_rb * 4);
+    if constexpr (NV > 1) _tile_loadd(1, p + W, k_rb * 4);
+    if constexpr (NV > 2) _tile_loadd(2, p + 2 * W, k_rb * 4);
+}
+template <int NV>
+inline void tiles_store(float *p) {
+    _tile_stored(0, p, k_rb * 4);
+    if constexpr (NV > 1) _tile_stored(1, p + W, k_rb * 4);
+    if constexpr (NV > 2) _tile_stored(2, p + 2 * W, k_rb * 4);
+}
+
+template <int NV>
+void tile_amx(const Block &b, const AmxLanes &L, int64_t k0, int64_t nk, int64_t d, bool causal, int64_t lam0) {
+    static_assert(W == 16 && k_rv == 3, "AMX tiles take the rows of a block 16 at a time");
+    // S^T = K Q^T, 16 keys at a time (keys past nk: scores the softmax never reads)
+    const int64_t ncb = L.ncb;
+    for (int64_t j = 0; j < nk; j += 16) {
+        tiles_zero<NV>();
+        const uint16_t *kt = L.k + amx_k_at(L, k0 + j, 0);
+        for (int64_t cb = 0; cb < ncb; ++cb, kt += 2 * k_tile) {
+            _tile_loadd(3, kt, 64);
+            _tile_loadd(4, kt + k_tile, 64);
+            dp_rows<NV, k_qk_lolo>(b.qb + cb * 3 * k_pairs, b.qb + (ncb + cb) * 3 * k_pairs);
+        }
+        tiles_store<NV>(b.s + j * k_rb);
+    }
+    V alpha[NV];
+    softmax_tile<NV>(b, nk, causal, lam0, alpha);
+    // P in key pairs, zero past nk; 32 keys (one B tile per row vector) at a time
+    const int64_t nkp = (nk + 31) / 32 * 32;
+    uint16_t *ph = b.pb, *pl = b.pb + (k_kt / 32) * 3 * k_pairs;
+    pack_b_tiles(b.s, nk, nkp, NV, ph, pl);
+    // O^T = O^T alpha + V^T P, 16 channels at a time
+    for (int64_t c = 0; c < 16 * L.ncg; c += 16) {
+        float *o = b.ot + c * k_rb;
+        for (int64_t cc = 0; cc < 16; ++cc)
+            for (int r = 0; r < NV; ++r) vstore(o + cc * k_rb + r * W, vmul(vload(o + cc * k_rb + r * W), alpha[r]));
+        tiles_load<NV>(o);
+        const uint16_t *vt = L.v + amx_v_at(L, k0, c);
+        for (int64_t j = 0; j < nkp; j += 32, vt += 2 * k_tile) {
+            _tile_loadd(3, vt, 64);
+            _tile_loadd(4, vt + k_tile, 64);
+            dp_rows<NV, k_pv_lolo>(ph + (j / 32) * 3 * k_pairs, pl + (j / 32) * 3 * k_pairs);
+        }
+        tiles_store<NV>(o);
+    }
+}
+
+struct AmxKernel {
+    const AttnArgs &a;
+    const AmxLanes *lane;  // [n_head_kv]
+    int64_t dp, ot_rows, qb_floats, extra_scratch;
+    // Two blocks walk the keys side by side, so each tile of the packed
+    // lanes is read from memory once for 96 rows, and from cache the second
+    // time: the tile products outrun the L3 stream of a long lane otherwise.
+    static constexpr int64_t blocks_per_task = 2;
+    using Scope = AmxScope;
+    AmxKernel(const AttnArgs &args, const AmxLanes *lanes)
+        : a(args),
+          lane(lanes),
+          dp((args.head_dim + 31) / 32 * 32),
+          ot_rows((args.head_dim + 15) / 16 * 16),
+          qb_floats(dp * k_rb),              // hi and lo pairs of the queries: 2 x dp x k_rb bf16
+          extra_scratch(dp * k_rb + k_kt * k_rb) {}  // ... and of P: 2 x k_kt x k_rb bf16
+    AmxLanes lanes(int64_t kvh) const { return lane[kvh]; }
+    template <int... NV>
+    static TileFn<AmxLanes> pick(int nv, std::integer_sequence<int, NV...>) {
+        TileFn<AmxLanes> fns[] = {tile_amx<NV + 1>...};
+        return fns[nv - 1];
+    }
+    TileFn<AmxLanes> tile_fn(int nv) const { return pick(nv, std::make_integer_sequence<int, k_rv>{}); }
+    // qt as for the f32 tiles, then its channel pairs per row vector:
+    // qb[half][c / 32][r][(c % 32) / 2][row][c % 2], half 0 = hi, 1 = lo.
+    void pack(const Block &b, int64_t kvh, int64_t r0, int64_t nr) const {
+        pack_rows(a, b, kvh, r0, nr);
+        pack_b_tiles(b.qt, a.head_dim, dp, k_rv, b.qb, b.qb + (dp / 32) * 3 * k_pairs);
+    }
+};
+
+// The lanes of the call as bf16 hi/lo A tiles (AmxLanes), packed across the
+// pool in tasks of up to 1024 rows, then the AMX tiles.
+void prefill_amx(const AttnArgs &a, ThreadPool &pool) {
+    static thread_local AlignedBuffer<uint16_t> packed;  // calling thread only
+    static thread_local std::vector<AmxLanes> lanes;
+    static thread_local std::vector<std::pair<int64_t, int64_t>> tasks;  // (KV head, first row)
+    const int64_t d = a.head_dim, n_kv = a.n_head_kv, ncb = (d + 31) / 32, ncg = (d + 15) / 16;
+    constexpr int64_t k_rows_per_task = 1024;  // a multiple of k_kt
+    const auto rows_of = [&](int64_t g) { return (a.past(g) + a.n_q + k_kt - 1) / k_kt * k_kt; };
+    std::vector<int64_t> off(static_cast<size_t>(n_kv + 1), 0);
+    for (int64_t g = 0; g < n_kv; ++g)
+        off[static_cast<size_t>(g + 1)] = off[static_cast<size_t>(g)] + 2 * rows_of(g) * 16 * (2 * ncb + ncg);
+    if (packed.size() < static_cast<size_t>(off.back())) packed.resize(static_cast<size_t>(off.back()));
+    lanes.resize(static_cast<size_t>(n_kv));
+    tasks.clear();
+    for (int64_t g = 0; g < n_kv; ++g) {
+        uint16_t *p = packed.data() + off[static_cast<size_t>(g)];
+        lanes[static_cast<size_t>(g)] = {p, p + 2 * rows_of(g) * 32 * ncb, ncb, ncg};
+        for (int64_t r = 0; r < rows_of(g); r += k_rows_per_task) tasks.emplace_back(g, r);
+    }
+    const std::pair<int64_t, int64_t> *task = tasks.data();
+    const AmxLanes *lane = lanes.data();
+    pool.run(static_cast<int64_t>(tasks.size()), [&, task, lane](int64_t t, int) {
+        const auto [g, r0] = task[t];
+        const AmxLanes &L = lane[g];
+        const int64_t r1 = std::min(r0 + k_rows_per_task, rows_of(g));
+        const int64_t nr = std::clamp<int64_t>(a.past(g) + a.n_q - r0, 0, r1 - r0);  // real rows of the task
+        float *wide = tile_scratch(k_rows_per_task * d);
+        uint16_t *k = const_cast<uint16_t *>(L.k), *v = const_cast<uint16_t *>(L.v);
+        const auto store_split = [](__m512 x, uint16_t *hi, uint16_t *lo) {
+            const __m256i h = bf16_round(x);
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(hi), h);
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(lo), bf16_round(_mm512_sub_ps(x, bf16_widen(h))));
+        };
+        // K: 16 channels of a row at a time; channels past d and rows past the lane's are zero
+        const float *kr = nr ? attn_rows_f32(a.kv_type, a.k[g], r0, nr, d, wide) : wide;
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = 0; c < 32 * ncb; c += 16) {
+                const int64_t left = r - r0 < nr ? std::clamp<int64_t>(d - c, 0, 16) : 0;
+                const __mmask16 m = static_cast<__mmask16>((1u << left) - 1);
+                uint16_t *at = k + amx_k_at(L, r, c);
+                store_split(_mm512_maskz_loadu_ps(m, kr + (r - r0) * d + c), at, at + k_tile);
+            }
+        // V transposed: one channel of 16 rows per gather
+        const float *vr = nr ? attn_rows_f32(a.kv_type, a.v[g], r0, nr, d, wide) : wide;
+        const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(static_cast<int>(d)));
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int64_t left = std::clamp<int64_t>(nr - (r - r0), 0, 16);
+            const __mmask16 rows = static_cast<__mmask16>((1u << left) - 1);
+            for (int64_t c = 0; c < 16 * ncg; ++c) {
+                const __m512 x = c < d ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, idx, vr + (r - r0) * d + c, 4)
+                                       : _mm512_setzero_ps();
+                uint16_t *at = v + amx_v_at(L, r, c);
+                store_split(x, at, at + k_tile);
+            }
+        }
+    });
+    prefill_tasks(a, AmxKernel(a, lanes.data()), pool);
+}
+#endif  // SIEVE_AMX
+
+
+// Whether this process may use the tiles: compiled for them, the CPU has
+// AMX-TILE, AMX-BF16 and AVX512-BF16, and the kernel grants the tile state
+// (Linux asks each process to request it, arch_prctl(ARCH_REQ_XCOMP_PERM)).
+bool amx_probe() {
+#if SIEVE_AMX
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5))) return false;
+    constexpr long k_req_xcomp_perm = 0x1023, k_xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, k_req_xcomp_perm, k_xfeature_xtiledata) == 0;
+#else
+    return false;
+#endif
+}
+
+std::atomic<int> g_amx{-1};  // -1: not decided yet
+
+bool amx_enabled() {
+    int on = g_amx.load(std::memory_order_relaxed);
+    if (on < 0) {
+        const char *env = std::getenv("SIEVE_AMX");
+        on = attention_prefill_amx_available() && !(env && std::string_view(env) == "0");
+        g_amx.store(on, std::memory_order_relaxed);
+    }
+    return on != 0;
+}
+
+}  // namespace
+
+bool attention_prefill_amx_available() {
+    static const bool ok = amx_probe();
+    return ok;
+}
+
+bool attention_prefill_use_amx(bool on) {
+    g_amx.store(on && attention_prefill_amx_available(), std::memory_order_relaxed);
+    return g_amx.load(std::memory_order_relaxed) != 0;
+}
+
+bool attention_prefill_uses_amx() { return amx_enabled(); }
+
+void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
+    attn_check_args(a, "attention_prefill");
+    if (a.kv_type != RowType::f32) {
+#if SIEVE_AMX
+        if (amx_enabled()) return prefill_amx(a, pool);
+#endif
+        return prefill_widened(a, pool);
+    }
+    prefill_tasks(a, F32Kernel(a), pool);
 }
 
 }  // namespace sieve::cpu

@@ -151,6 +151,16 @@ struct AttnArgs {
 
 // Tiled online-softmax (FlashAttention-2 style) over query and key tiles.
 void attention_prefill(const AttnArgs &a, ThreadPool &pool);
+// attention_prefill over f16 / bf16 / quantized rows can take its two
+// products on Intel AMX tiles (bf16 hi/lo splits, f32 sums: within f32
+// rounding of the f32 tiles, not bit-equal to them). Available when built for
+// a CPU with AMX-BF16 (-march=native there), the CPU has it and the OS grants
+// the tile state; then on unless SIEVE_AMX=0 is in the environment. f32 rows
+// always take the f32 tiles. The switch is process-wide: flip it only between
+// calls (tests, benchmarks).
+bool attention_prefill_amx_available();
+bool attention_prefill_use_amx(bool on);  // returns whether it is now on
+bool attention_prefill_uses_amx();
 // n_q == 1 fast path split along the keys across threads (flash-decoding),
 // so one long sequence still uses every core.
 void attention_decode(const AttnArgs &a, ThreadPool &pool);
