@@ -128,12 +128,13 @@ void bm_attention_prefill_deep(benchmark::State &state) {
 // lse of a real attention pass, for the eviction score kernel and the
 // attention it rides on.
 struct QwenAttn {
-    static constexpr int64_t n_head = 14, n_head_kv = 2, d = 64;
+    static constexpr int64_t d = 64;
+    int64_t n_head = 14, n_head_kv = 2;
     std::vector<std::vector<uint16_t>> k, v;
     std::vector<const void *> kp, vp;
     std::vector<float> q, o, lse, acc;
     cpu::AttnArgs a;
-    QwenAttn(int64_t n_q, int64_t n_rows) {
+    QwenAttn(int64_t n_q, int64_t n_rows, int64_t heads = 14, int64_t kv_heads = 2) : n_head(heads), n_head_kv(kv_heads) {
         std::mt19937 rng(3);
         const auto f16 = [](const std::vector<float> &x) {
             std::vector<uint16_t> h(x.size());
@@ -201,7 +202,7 @@ void bm_attention_scores_qwen(benchmark::State &state) {
         benchmark::DoNotOptimize(data.acc.data());
     }
     const double pairs = static_cast<double>(n_q) * (n_rows - n_q) + 0.5 * static_cast<double>(n_q) * (n_q + 1);
-    state.SetItemsProcessed(static_cast<int64_t>(pairs * QwenAttn::n_head) * state.iterations());
+    state.SetItemsProcessed(static_cast<int64_t>(pairs * static_cast<double>(data.n_head)) * state.iterations());
 }
 
 // The attention the score pass follows, same shapes: prefill of the prompt's
@@ -220,10 +221,11 @@ void bm_attention_qwen(benchmark::State &state) {
 }
 
 // The same prefill on each path for f16 rows: the f32 tiles over widened
-// rows, and the AMX tiles (where the CPU has them; else it says so).
-void bm_attention_qwen_prefill(benchmark::State &state, bool amx) {
+// rows, and the AMX tiles (where the CPU has them; else it says so). Qwen2.5
+// 0.5B's heads (14 / 2), or SmolLM2-135M's (9 / 3) with smol.
+void bm_attention_prefill_path(benchmark::State &state, bool amx, bool smol) {
     const int64_t n_q = state.range(0), n_rows = state.range(1);
-    QwenAttn data(n_q, n_rows);
+    QwenAttn data(n_q, n_rows, smol ? 9 : 14, smol ? 3 : 2);
     ThreadPool pool(bench_threads());
     const bool was = cpu::attention_prefill_uses_amx();
     if (cpu::attention_prefill_use_amx(amx) != amx) {
@@ -236,7 +238,7 @@ void bm_attention_qwen_prefill(benchmark::State &state, bool amx) {
     }
     cpu::attention_prefill_use_amx(was);
     state.counters["FLOP/s"] = benchmark::Counter(
-        4.0 * n_q * (n_rows - n_q / 2.0) * QwenAttn::d * QwenAttn::n_head * static_cast<double>(state.iterations()),
+        4.0 * n_q * (n_rows - n_q / 2.0) * QwenAttn::d * static_cast<double>(data.n_head * state.iterations()),
         benchmark::Counter::kIsRate);
 }
 
@@ -362,10 +364,14 @@ BENCHMARK(bm_attention_scores_qwen)
 BENCHMARK(bm_attention_qwen)
     ->Args({512, 4096})->Args({512, 16384})->Args({1, 4096})->Args({1, 16384})->Unit(benchmark::kMicrosecond);
 
-BENCHMARK_CAPTURE(bm_attention_qwen_prefill, f32_tiles, false)
+BENCHMARK_CAPTURE(bm_attention_prefill_path, qwen_f32_tiles, false, false)
     ->Args({512, 512})->Args({512, 4096})->Args({512, 16384})->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_attention_qwen_prefill, amx_tiles, true)
+BENCHMARK_CAPTURE(bm_attention_prefill_path, qwen_amx_tiles, true, false)
     ->Args({512, 512})->Args({512, 4096})->Args({512, 16384})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bm_attention_prefill_path, smol_f32_tiles, false, true)
+    ->Args({512, 512})->Args({512, 4096})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bm_attention_prefill_path, smol_amx_tiles, true, true)
+    ->Args({512, 512})->Args({512, 4096})->Unit(benchmark::kMillisecond);
 
 // Args: sequences, rows of the first, rows of each other one.
 BENCHMARK_CAPTURE(bm_attention_decode_batch, loop, false, false)
