@@ -515,3 +515,41 @@ TEST(MatmulQ8, RepackedX16MatchesTheTilePathBitForBit) {
         }
     }
 }
+
+TEST(MatmulQ8, AmxTilesGiveTheBitsOfTheVnniTiles) {
+    // Prefill's tile dots on AMX-INT8 (16 tokens per tile product) against
+    // the same matmul with the tiles off: every integer-path type, repacked
+    // (x16) and packed per task, row counts not multiples of 16, token counts
+    // that leave 1..15 tokens to the 8-token kernel and one past a 256-token
+    // tile, so both kernels and the seam between them are covered.
+    if (!cpu::q8::tile_amx_available()) GTEST_SKIP() << "this CPU or build has no AMX-INT8";
+    std::mt19937 rng(47);
+    ThreadPool pool(2);
+    const bool was_on = cpu::q8::tile_uses_amx();
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                          GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        const bool k = type_traits(type)->block_size == 256;
+        const int64_t n_rows = 53, n_cols = k ? 512 : 352;
+        const auto w = random_weights(rng, type, n_rows, n_cols);
+        AlignedBuffer<uint8_t> x16(static_cast<size_t>(cpu::q8::x16_bytes(type, n_rows, n_cols)));
+        cpu::q8::repack_x16(type, w.bytes.data(), w.view.row_bytes, n_rows, n_cols, x16.data());
+        cpu::WeightView repacked = w.view;
+        repacked.x16 = x16.data();
+        for (const cpu::WeightView &view : {w.view, repacked}) {
+            for (int64_t n_tok : {17, 31, 48, 70, 257}) {
+                const auto xs = random_values(rng, static_cast<size_t>(n_tok * n_cols));
+                std::vector<float> on(static_cast<size_t>(n_tok * n_rows), NAN), off(on.size(), NAN),
+                    ref(on.size());
+                ASSERT_TRUE(cpu::q8::tile_use_amx(true));
+                cpu::matmul(view, xs.data(), n_tok, on.data(), pool);
+                ASSERT_FALSE(cpu::q8::tile_use_amx(false));
+                cpu::matmul(view, xs.data(), n_tok, off.data(), pool);
+                ASSERT_EQ(0, std::memcmp(on.data(), off.data(), on.size() * sizeof(float)))
+                    << type_name(type) << (view.x16 ? " x16" : " packed") << ", " << n_tok << " tokens";
+                cpu::matmul_ref(w.view, xs.data(), n_tok, ref.data());
+                expect_close(view, xs, n_tok, on, ref, "AMX matmul");
+            }
+        }
+    }
+    cpu::q8::tile_use_amx(was_on);
+}

@@ -60,20 +60,18 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
 #define SIEVE_AMX 1
 #include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #else
 #define SIEVE_AMX 0
 #endif
 
 #include "sieve/core/aligned.h"
+#include "sieve/kernels/cpu/amx.h"
 #include "sieve/kernels/cpu/attention_args.h"
 #include "sieve/kernels/cpu/ops.h"
 #include "sieve/kernels/cpu/simd.h"
@@ -674,27 +672,14 @@ inline int64_t amx_v_at(const AmxLanes &L, int64_t key, int64_t c) {
     return (((key / 64 * L.ncg + c / 16) * 2 + key % 64 / 32) * 2) * k_tile + c % 16 * 32 + key % 32;
 }
 
-struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-};
-
 // Every tile 16 rows of 64 bytes; loaded per task, released after it.
 struct AmxScope {
     AmxScope() {
-        TileConfig c;
-        for (int i = 0; i < 8; ++i) {
-            c.colsb[i] = 64;
-            c.rows[i] = 16;
-        }
-        // GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of
-        // the config, which lets the stores above sink past it; the operand
-        // here is the whole config.
-        __asm__ volatile("ldtilecfg %0" : : "m"(c));
+        amx::TileConfig c;
+        for (int i = 0; i < 8; ++i) c.set(i, 16, 64);
+        amx::load_config(c);
     }
-    ~AmxScope() { _tile_release(); }
+    ~AmxScope() { amx::release(); }
     AmxScope(const AmxScope &) = delete;
     AmxScope &operator=(const AmxScope &) = delete;
 };
@@ -901,15 +886,12 @@ void prefill_amx(const AttnArgs &a, ThreadPool &pool) {
 
 
 // Whether this process may use the tiles: compiled for them, the CPU has
-// AMX-TILE, AMX-BF16 and AVX512-BF16, and the kernel grants the tile state
-// (Linux asks each process to request it, arch_prctl(ARCH_REQ_XCOMP_PERM)).
+// AMX-TILE, AMX-BF16 and AVX512-BF16, and the kernel grants the tile state.
 bool amx_probe() {
 #if SIEVE_AMX
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
     if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5))) return false;
-    constexpr long k_req_xcomp_perm = 0x1023, k_xfeature_xtiledata = 18;
-    return syscall(SYS_arch_prctl, k_req_xcomp_perm, k_xfeature_xtiledata) == 0;
+    return amx::cpu_has(amx::k_bf16);
 #else
     return false;
 #endif
@@ -920,8 +902,7 @@ std::atomic<int> g_amx{-1};  // -1: not decided yet
 bool amx_enabled() {
     int on = g_amx.load(std::memory_order_relaxed);
     if (on < 0) {
-        const char *env = std::getenv("SIEVE_AMX");
-        on = attention_prefill_amx_available() && !(env && std::string_view(env) == "0");
+        on = attention_prefill_amx_available() && amx::env_allows("attention");
         g_amx.store(on, std::memory_order_relaxed);
     }
     return on != 0;

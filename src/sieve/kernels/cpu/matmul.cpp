@@ -15,13 +15,15 @@
 //          the GGUF blocks in registers (q8::dot_raw);
 //        - prefill packs each 16-row tile with the rows in the SIMD lanes
 //          (q8::pack_tile) and runs it against up to k_tok_tile_packed
-//          tokens, 8 per pass (q8::tile_dot);
+//          tokens, 8 per pass (q8::tile_dot; 16 per tile product with AMX);
 //        - matrices the model repacked at load (WeightView::x16: every
 //          integer-path type) skip all of that: decode expands the 16-row
 //          tiles in registers for up to 8 tokens per pass (q8::x16_dot),
 //          prefill expands each tile once for its token tile
 //          (q8::x16_unpack_tile + tile_dot), with the same bits, so a
-//          token's result does not depend on how many tokens share the step.
+//          token's result does not depend on how many tokens share the step;
+//        - with AMX-INT8, prefill's tile dots take 16 tokens per tile
+//          product (q8::tile_dot_tokens), again with the same bits.
 //
 // Every output element is computed by one task in a fixed order, so results
 // do not depend on the number of threads.
@@ -129,7 +131,7 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
         const int64_t r0 = local / n_tok_tiles * row_chunk, r1 = std::min(r0 + row_chunk, w.n_rows);
         const int64_t t0 = local % n_tok_tiles * tok_chunk, t1 = std::min(t0 + tok_chunk, n_tokens);
         const uint8_t *base = static_cast<const uint8_t *>(w.data);
-        // The tile kernels: the task's tokens in groups of up to 8, each
+        // Decode's tile kernel: the task's tokens in groups of up to 8, each
         // group's outputs for rows [rb, rb + 16) (row rb of token t at y[t, rb]).
         const auto token_groups = [&](int64_t rb, auto &&dot) {
             for (int64_t t = t0; t < t1; t += 8) {
@@ -158,9 +160,8 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
                     });
                 } else {
                     q8::x16_unpack_tile(w.type, tile16, s, packed);
-                    token_groups(rb, [&](const uint8_t *const *acts, int n_act, float *const *outs) {
-                        q8::tile_dot(w.type, packed, acts, n_act, s, outs, n_r);
-                    });
+                    q8::tile_dot_tokens(w.type, packed, act + t0 * s.act_stride_bytes, t1 - t0, s,
+                                        y + t0 * w.n_rows + rb, w.n_rows, n_r);
                 }
             }
             return;
@@ -176,9 +177,8 @@ void matmul_q8_multi(const WeightView *ws, float *const *ys, int n_mat, const fl
             for (int64_t rb = r0; rb < r1; rb += q8::k_tile_rows) {
                 const int n_r = static_cast<int>(std::min<int64_t>(q8::k_tile_rows, r1 - rb));
                 q8::pack_tile(w.type, base + rb * w.row_bytes, w.row_bytes, n_r, s, tile, packed);
-                token_groups(rb, [&](const uint8_t *const *acts, int n_act, float *const *outs) {
-                    q8::tile_dot(w.type, packed, acts, n_act, s, outs, n_r);
-                });
+                q8::tile_dot_tokens(w.type, packed, act + t0 * s.act_stride_bytes, t1 - t0, s, y + t0 * w.n_rows + rb,
+                                    w.n_rows, n_r);
             }
             return;
         }
