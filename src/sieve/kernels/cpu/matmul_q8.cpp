@@ -887,8 +887,10 @@ void tile_dot16(const uint8_t *tile, const uint8_t *act, int64_t act_stride, con
     const float *D = reinterpret_cast<const float *>(tile + 16 * n_cols), *C = D + 16 * n_groups;
     ConstRowParts a[T];
     for (int t = 0; t < T; ++t) a[t] = parts(act + t * act_stride, s);
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    // Two halves of 8 accumulators: GCC keeps arrays of 8 vectors in
+    // registers, not one of 16.
+    __m512 lo[8], hi[8];
+    for (int t = 0; t < 8; ++t) lo[t] = hi[t] = _mm512_setzero_ps();
     constexpr int quads = Q6 ? 4 : 8;  // 4-column groups per scale group
     alignas(64) int32_t sums[2][T * 16];
     // One group ahead: the tile product of group g + 1 runs while the
@@ -902,14 +904,19 @@ void tile_dot16(const uint8_t *tile, const uint8_t *act, int64_t act_stride, con
         const int64_t b = Q6 ? g / 2 : g;
         const int32_t *sg = sums[g & 1];
         const __m512 d = _mm512_load_ps(D + 16 * g), c = _mm512_load_ps(C + 16 * g);
-        for (int t = 0; t < T; ++t) {
+        const auto scale = [&](int t, __m512 &acc) {
             const float sum_term = Q6 ? a[t].half[g] : a[t].aux[g];
             const __m512i ia = _mm512_load_si512(sg + 16 * t);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(d, _mm512_set1_ps(a[t].scale[b])), acc[t]);
-            acc[t] = _mm512_fmadd_ps(c, _mm512_set1_ps(sum_term), acc[t]);
-        }
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(d, _mm512_set1_ps(a[t].scale[b])), acc);
+            acc = _mm512_fmadd_ps(c, _mm512_set1_ps(sum_term), acc);
+        };
+        for (int t = 0; t < 8; ++t) scale(t, lo[t]);
+        for (int t = 0; t < 8; ++t) scale(8 + t, hi[t]);
     }
-    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * y_stride, m, acc[t]);
+    for (int t = 0; t < 8; ++t) {
+        _mm512_mask_storeu_ps(y + t * y_stride, m, lo[t]);
+        _mm512_mask_storeu_ps(y + (8 + t) * y_stride, m, hi[t]);
+    }
 }
 
 }  // namespace
