@@ -158,6 +158,7 @@ Result<KvPolicyPtr> make_lserve(const KvPolicySpec &spec) {
     SIEVE_TRY(parse_int(spec, "sink", 0, k_max_rows, &p.sink));
     SIEVE_TRY(parse_int(spec, "recent", 1, k_max_rows, &p.recent));
     SIEVE_TRY(parse_page_selection(spec, &p.quest));
+    SIEVE_TRY(parse_int(spec, "full_layers", 0, 4096, &p.quest.full_layers));
     p.quest.sink = p.sink;
     if (auto it = spec.params.find("prefill"); it != spec.params.end()) {
         if (it->second != "lambda" && it->second != "dense")
@@ -195,7 +196,7 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          "min/max bound, reselected every `interval` steps (default budget=2048, page=16, interval=4, sink=16, "
          "full_layers=2, agg=max)",
          make_quest},
-        {"lserve", {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill"},
+        {"lserve", {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill", "full_layers"},
          "LServe: the `static` fraction of KV heads with the lowest head-profile scores keep sink + recent rows "
          "(streaming heads; in prefill a lambda-shaped mask, unless prefill=dense), the rest read Quest pages (default "
          "static=0.5, budget=4096, interval=4, sink=64, recent=256; profile=FILE from `sieve calibrate` is "

@@ -31,21 +31,15 @@ bool cpu_has(unsigned features) {
 #endif
 }
 
-bool env_allows(const char *unit) {
-    static const std::string_view value = [] {
+bool env_allows() {
+    static const bool allowed = [] {
         const char *env = std::getenv("SIEVE_AMX");
-        std::string_view v = env ? env : "";
-        if (!v.empty() && v != "0" && v != "1" && v != "attention" && v != "matmul") {
-            std::fprintf(stderr,
-                         "sieve: SIEVE_AMX=%s not understood (expected 0, 1, attention or matmul); AMX stays on\n",
-                         env);
-            v = "";
-        }
-        return v;
+        const std::string_view v = env ? env : "";
+        if (!v.empty() && v != "0" && v != "1")
+            std::fprintf(stderr, "sieve: SIEVE_AMX=%s not understood (expected 0 or 1); AMX stays on\n", env);
+        return v != "0";
     }();
-    if (value.empty() || value == "1") return true;
-    if (value == "0") return false;
-    return value == unit;
+    return allowed;
 }
 
 }  // namespace sieve::cpu::amx

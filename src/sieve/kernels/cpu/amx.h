@@ -1,7 +1,6 @@
-// Intel AMX tiles, shared by the kernels that use them (prefill attention on
-// AMX-BF16, the integer matmul on AMX-INT8): the tile configuration, whether
-// this process may use the tiles, and the SIEVE_AMX switch. Private to
-// kernels/cpu.
+// Intel AMX tiles: the tile configuration, whether this process may use the
+// tiles, and the SIEVE_AMX switch, for the kernels that use them (the
+// prefill attention on AMX-BF16). Private to kernels/cpu.
 #pragma once
 
 #include <cstdint>
@@ -30,14 +29,14 @@ inline void release() { __asm__ volatile("tilerelease"); }
 #endif
 
 // CPUID.(EAX=7,ECX=0):EDX bits of the tile instruction sets.
-enum Feature : unsigned { k_bf16 = 1u << 22, k_tile = 1u << 24, k_int8 = 1u << 25 };
+enum Feature : unsigned { k_bf16 = 1u << 22, k_tile = 1u << 24 };
 // Whether the CPU has AMX-TILE and every bit of `features`, and Linux grants
 // this process the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once).
 bool cpu_has(unsigned features);
 
-// SIEVE_AMX in the environment: unset or "1" lets every kernel use the tiles,
-// "0" none, "attention" or "matmul" only that one. Anything else is read as
-// unset after one warning on stderr.
-bool env_allows(const char *unit);
+// SIEVE_AMX in the environment: unset or "1" lets the kernels use the tiles,
+// "0" turns them off. Anything else is read as unset after one warning on
+// stderr.
+bool env_allows();
 
 }  // namespace sieve::cpu::amx

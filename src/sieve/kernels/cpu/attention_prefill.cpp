@@ -902,7 +902,7 @@ std::atomic<int> g_amx{-1};  // -1: not decided yet
 bool amx_enabled() {
     int on = g_amx.load(std::memory_order_relaxed);
     if (on < 0) {
-        on = attention_prefill_amx_available() && amx::env_allows("attention");
+        on = attention_prefill_amx_available() && amx::env_allows();
         g_amx.store(on, std::memory_order_relaxed);
     }
     return on != 0;

@@ -15,15 +15,13 @@
 //          the GGUF blocks in registers (q8::dot_raw);
 //        - prefill packs each 16-row tile with the rows in the SIMD lanes
 //          (q8::pack_tile) and runs it against up to k_tok_tile_packed
-//          tokens, 8 per pass (q8::tile_dot; 16 per tile product with AMX);
+//          tokens, 8 per pass (q8::tile_dot);
 //        - matrices the model repacked at load (WeightView::x16: every
 //          integer-path type) skip all of that: decode expands the 16-row
 //          tiles in registers for up to 8 tokens per pass (q8::x16_dot),
 //          prefill expands each tile once for its token tile
 //          (q8::x16_unpack_tile + tile_dot), with the same bits, so a
-//          token's result does not depend on how many tokens share the step;
-//        - with AMX-INT8, prefill's tile dots take 16 tokens per tile
-//          product (q8::tile_dot_tokens), again with the same bits.
+//          token's result does not depend on how many tokens share the step.
 //
 // Every output element is computed by one task in a fixed order, so results
 // do not depend on the number of threads.

@@ -2,7 +2,6 @@
 #include "sieve/kernels/cpu/matmul_q8_rows.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -11,7 +10,6 @@
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
-#include "sieve/kernels/cpu/amx.h"
 #include "sieve/quant/blocks.h"
 
 
@@ -831,142 +829,11 @@ void tile_dot(GgmlType type, const uint8_t *tile, const uint8_t *const *acts, in
 #endif
 }
 
-#if SIEVE_Q8_AMX
-namespace {
-
-// AMX-INT8 (TDPBSUD: signed activation bytes times unsigned weight bytes,
-// int32 sums). A packed tile's bytes are already a B operand: vector k
-// (64 bytes) holds columns 4 k .. 4 k + 3 of the 16 rows, rows in dwords,
-// which is B's layout for N = 16 columns of 4 bytes. The A operand is 16
-// activation rows (tokens), the bytes of one scale group each, so one
-// product gives the int32 sums of 16 tokens x 16 rows for one group: the
-// same integers as tile_dot's vpdpbusd lanes (exact, so their order does not
-// matter), scaled by the same fma sequence. Hence the same bits.
-//   tiles 0, 2, 4 (even groups) and 1, 3, 5 (odd groups): the sums (16 x 64
-//   bytes of int32), the activations (16 x 32 bytes; Q6_K 16 x 16) and the
-//   weights (8 x 64; Q6_K 4 x 64). Tile registers are not renamed, so each
-//   group in flight has its own three.
-template <bool Q6>
-const amx::TileConfig &tile_config() {
-    static const amx::TileConfig c = [] {
-        amx::TileConfig t;
-        for (int i = 0; i < 2; ++i) {
-            t.set(i, 16, 64);
-            t.set(2 + i, 16, Q6 ? 16 : 32);
-            t.set(4 + i, Q6 ? 4 : 8, 64);
-        }
-        return t;
-    }();
-    return c;
-}
-
-inline void group_sums(int buf, const uint8_t *a, int64_t a_stride, const uint8_t *w, int32_t *sums) {
-    if (buf == 0) {
-        _tile_zero(0);
-        _tile_loadd(2, a, a_stride);
-        _tile_loadd(4, w, 64);
-        _tile_dpbsud(0, 2, 4);
-        _tile_stored(0, sums, 64);
-    } else {
-        _tile_zero(1);
-        _tile_loadd(3, a, a_stride);
-        _tile_loadd(5, w, 64);
-        _tile_dpbsud(1, 3, 5);
-        _tile_stored(1, sums, 64);
-    }
-}
-
-// 16 tokens (activation rows act_stride apart) against a packed tile; token
-// t's outputs at y + t * y_stride. The tile configuration must be loaded.
-template <bool Q6>
-void tile_dot16(const uint8_t *tile, const uint8_t *act, int64_t act_stride, const RowShape &s, float *y,
-                int64_t y_stride, __mmask16 m) {
-    constexpr int T = 16;
-    const int64_t n_cols = s.n_blocks * k_block;
-    const int64_t n_groups = Q6 ? 2 * s.n_blocks : s.n_blocks;
-    const float *D = reinterpret_cast<const float *>(tile + 16 * n_cols), *C = D + 16 * n_groups;
-    ConstRowParts a[T];
-    for (int t = 0; t < T; ++t) a[t] = parts(act + t * act_stride, s);
-    // Two halves of 8 accumulators: GCC keeps arrays of 8 vectors in
-    // registers, not one of 16.
-    __m512 lo[8], hi[8];
-    for (int t = 0; t < 8; ++t) lo[t] = hi[t] = _mm512_setzero_ps();
-    constexpr int quads = Q6 ? 4 : 8;  // 4-column groups per scale group
-    alignas(64) int32_t sums[2][T * 16];
-    // One group ahead: the tile product of group g + 1 runs while the
-    // vector units scale group g's sums.
-    const auto issue = [&](int64_t g) {
-        group_sums(static_cast<int>(g & 1), act + g * quads * 4, act_stride, tile + g * quads * 64, sums[g & 1]);
-    };
-    issue(0);
-    for (int64_t g = 0; g < n_groups; ++g) {
-        if (g + 1 < n_groups) issue(g + 1);
-        const int64_t b = Q6 ? g / 2 : g;
-        const int32_t *sg = sums[g & 1];
-        const __m512 d = _mm512_load_ps(D + 16 * g), c = _mm512_load_ps(C + 16 * g);
-        const auto scale = [&](int t, __m512 &acc) {
-            const float sum_term = Q6 ? a[t].half[g] : a[t].aux[g];
-            const __m512i ia = _mm512_load_si512(sg + 16 * t);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(d, _mm512_set1_ps(a[t].scale[b])), acc);
-            acc = _mm512_fmadd_ps(c, _mm512_set1_ps(sum_term), acc);
-        };
-        for (int t = 0; t < 8; ++t) scale(t, lo[t]);
-        for (int t = 0; t < 8; ++t) scale(8 + t, hi[t]);
-    }
-    for (int t = 0; t < 8; ++t) {
-        _mm512_mask_storeu_ps(y + t * y_stride, m, lo[t]);
-        _mm512_mask_storeu_ps(y + (8 + t) * y_stride, m, hi[t]);
-    }
-}
-
-}  // namespace
-#endif
-
-namespace {
-std::atomic<int> g_tile_amx{-1};  // -1: not decided yet
-}  // namespace
-
-bool tile_amx_available() {
-#if SIEVE_Q8_AMX
-    static const bool ok = amx::cpu_has(amx::k_int8);
-    return ok;
-#else
-    return false;
-#endif
-}
-
-bool tile_use_amx(bool on) {
-    g_tile_amx.store(on && tile_amx_available(), std::memory_order_relaxed);
-    return g_tile_amx.load(std::memory_order_relaxed) != 0;
-}
-
-bool tile_uses_amx() {
-    int on = g_tile_amx.load(std::memory_order_relaxed);
-    if (on < 0) {
-        on = tile_amx_available() && amx::env_allows("matmul");
-        g_tile_amx.store(on, std::memory_order_relaxed);
-    }
-    return on != 0;
-}
-
 void tile_dot_tokens(GgmlType type, const uint8_t *tile, const uint8_t *act, int64_t n_tok, const RowShape &s,
                      float *y, int64_t y_stride, int n_rows) {
 #if SIEVE_Q8_VNNI
     SIEVE_CHECKF(n_rows >= 1 && n_rows <= k_tile_rows, "tile_dot_tokens: n_rows = %d, expected 1..16", n_rows);
-    int64_t t = 0;
-#if SIEVE_Q8_AMX
-    if (n_tok >= 16 && tile_uses_amx()) {
-        const __mmask16 m = static_cast<__mmask16>(n_rows == 16 ? 0xffffu : (1u << n_rows) - 1u);
-        amx::load_config(type == GgmlType::Q6_K ? tile_config<true>() : tile_config<false>());
-        for (; t + 16 <= n_tok; t += 16) {
-            const uint8_t *a = act + t * s.act_stride_bytes;
-            if (type == GgmlType::Q6_K) tile_dot16<true>(tile, a, s.act_stride_bytes, s, y + t * y_stride, y_stride, m);
-            else tile_dot16<false>(tile, a, s.act_stride_bytes, s, y + t * y_stride, y_stride, m);
-        }
-        amx::release();
-    }
-#endif
-    for (; t < n_tok; t += 8) {
+    for (int64_t t = 0; t < n_tok; t += 8) {
         const int n_act = static_cast<int>(std::min<int64_t>(8, n_tok - t));
         const uint8_t *acts[8];
         float *outs[8];

@@ -89,19 +89,9 @@ void tile_dot(GgmlType type, const uint8_t *tile, const uint8_t *const *acts, in
               float *const *out, int n_rows);
 
 // tile_dot for n_tok tokens whose activation rows are s.act_stride_bytes
-// apart from act; token t's outputs at y + t * y_stride. Where the CPU has
-// AMX-INT8 (and SIEVE_AMX allows "matmul"), groups of 16 tokens take one
-// tile product per scale group (the same int32 sums and fma order as
-// tile_dot, so the same bits); the rest runs tile_dot 8 tokens at a time.
+// apart from act, 8 at a time; token t's outputs at y + t * y_stride.
 void tile_dot_tokens(GgmlType type, const uint8_t *tile, const uint8_t *act, int64_t n_tok, const RowShape &s,
                      float *y, int64_t y_stride, int n_rows);
-// Whether tile_dot_tokens can use AMX-INT8: built with it (-march=native on
-// such a CPU), the CPU has it and the OS grants the tile state.
-bool tile_amx_available();
-// Process-wide switch (tests, benchmarks; flip only between calls). Returns
-// whether it is now on.
-bool tile_use_amx(bool on);
-bool tile_uses_amx();
 
 // Every integer-path type repacked once at load for the tile kernel
 // ("x16"), so decode and prefill read the same 16-row tiles and a token's

@@ -12,12 +12,6 @@
 #else
 #define SIEVE_Q8_VNNI 0
 #endif
-// AMX-INT8 tiles for the prefill tile kernel (tile_dot_tokens).
-#if SIEVE_Q8_VNNI && defined(__AMX_TILE__) && defined(__AMX_INT8__)
-#define SIEVE_Q8_AMX 1
-#else
-#define SIEVE_Q8_AMX 0
-#endif
 
 namespace sieve::cpu::q8 {
 

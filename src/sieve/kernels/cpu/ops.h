@@ -155,7 +155,7 @@ void attention_prefill(const AttnArgs &a, ThreadPool &pool);
 // products on Intel AMX tiles (bf16 hi/lo splits, f32 sums: within f32
 // rounding of the f32 tiles, not bit-equal to them). Available when built for
 // a CPU with AMX-BF16 (-march=native there), the CPU has it and the OS grants
-// the tile state; then on unless SIEVE_AMX is 0 or matmul in the environment. f32 rows
+// the tile state; then on unless SIEVE_AMX=0 is in the environment. f32 rows
 // always take the f32 tiles. The switch is process-wide: flip it only between
 // calls (tests, benchmarks).
 bool attention_prefill_amx_available();
