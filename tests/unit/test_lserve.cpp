@@ -1,8 +1,8 @@
 // Head profiles, calibration and the lserve policy (stories260K): profiles
 // load or fail with a reason, calibration is deterministic and scores what
 // it says, streaming heads' lanes hold sink + recent rows while the others
-// keep everything, and with no streaming head and a budget over the
-// sequence lserve is the dense engine bit for bit.
+// keep everything, and with no streaming head lserve is quest bit for bit
+// (and with a budget over the sequence the dense engine).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +40,17 @@ std::string temp_path(const std::string &name) {
 void write_file(const std::string &path, const std::string &text) {
     std::ofstream f(path);
     f << text;
+}
+
+// The lowest and the highest score of a profile; every score must be finite and >= 0.
+std::pair<double, double> score_range(const HeadProfile &p) {
+    double lo = 1e9, hi = -1;
+    for (double s : p.scores) {
+        EXPECT_TRUE(std::isfinite(s) && s >= 0.0) << s;
+        lo = std::min(lo, s);
+        hi = std::max(hi, s);
+    }
+    return {lo, hi};
 }
 
 TEST(HeadProfile, LoadsWhatItWritesAndNamesWhatIsWrong) {
@@ -135,13 +146,7 @@ TEST_F(LServeTest, CalibrationIsDeterministicAndRanksHeads) {
     ASSERT_TRUE(d.ok());
     for (size_t i = 0; i < a->scores.size(); ++i)
         EXPECT_NEAR(d->scores[i], a->scores[i], 1e-4 * a->scores[i] + 1e-9) << "head " << i;
-    double lo = 1e9, hi = -1;
-    for (double s : a->scores) {
-        ASSERT_TRUE(std::isfinite(s));
-        ASSERT_GE(s, 0.0);
-        lo = std::min(lo, s);
-        hi = std::max(hi, s);
-    }
+    const auto [lo, hi] = score_range(*a);
     EXPECT_GT(hi, lo) << "heads differ in how much they need the whole context";
     // A pattern covering every row loses nothing: all scores 0.
     CalibrateOptions wide = cal_options();
@@ -153,6 +158,46 @@ TEST_F(LServeTest, CalibrationIsDeterministicAndRanksHeads) {
     ppl.task = "cwe";
     ppl.ctx = {600};
     EXPECT_TRUE(calibrate_heads(*model_, *tok_, nullptr, ppl, pool_).ok());
+}
+
+TEST_F(LServeTest, AnswerKlCalibrationIsDeterministicAndZeroWhereNothingIsCut) {
+    CalibrateOptions o = cal_options();
+    o.method = CalibrateMethod::answer_kl;
+    o.tail = 24;
+    Result<HeadProfile> a = calibrate_heads(*model_, *tok_, nullptr, o, pool_);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    Result<HeadProfile> b = calibrate_heads(*model_, *tok_, nullptr, o, pool_);
+    ASSERT_TRUE(b.ok());
+    const ModelConfig &c = model_->config();
+    ASSERT_EQ(static_cast<int64_t>(a->scores.size()), c.n_layer * c.n_head_kv);
+    EXPECT_EQ(a->scores, b->scores) << "the same samples and threads give the same profile, bit for bit";
+    EXPECT_NE(a->method.find("answer_kl"), std::string::npos);
+    EXPECT_NE(a->data_json.find("\"tail\":24"), std::string::npos) << a->data_json;
+    const auto [lo, hi] = score_range(*a);
+    EXPECT_GT(hi, 0.0) << "cutting a head's long-range rows moves the answer somewhere";
+    EXPECT_GT(hi, lo);
+    // Another thread count: the same up to rounding.
+    ThreadPool one(1);
+    Result<HeadProfile> d = calibrate_heads(*model_, *tok_, nullptr, o, one);
+    ASSERT_TRUE(d.ok());
+    for (size_t i = 0; i < a->scores.size(); ++i)
+        EXPECT_NEAR(d->scores[i], a->scores[i], 1e-3 * a->scores[i] + 1e-7) << "head " << i;
+    // A streaming pattern that covers every row changes nothing: the masked
+    // runs are the dense run bit for bit, every KL exactly 0.
+    CalibrateOptions wide = o;
+    wide.recent = 4096;
+    Result<HeadProfile> w = calibrate_heads(*model_, *tok_, nullptr, wide, pool_);
+    ASSERT_TRUE(w.ok());
+    for (double s : w->scores) EXPECT_EQ(s, 0.0);
+    // tail 0 reruns only the answer; a tail longer than the prompt reruns it all.
+    for (int64_t tail : {int64_t{0}, int64_t{100000}}) {
+        CalibrateOptions t = o;
+        t.tail = tail;
+        t.n_samples = 1;
+        Result<HeadProfile> r = calibrate_heads(*model_, *tok_, nullptr, t, pool_);
+        ASSERT_TRUE(r.ok()) << "tail " << tail << ": " << r.status().message();
+        EXPECT_GT(score_range(*r).second, 0.0) << "tail " << tail;
+    }
 }
 
 TEST_F(LServeTest, StreamingHeadsHoldSinkAndRecentTheOthersEveryRow) {
@@ -212,7 +257,7 @@ TEST_F(LServeTest, StreamingHeadsHoldSinkAndRecentTheOthersEveryRow) {
     std::remove(path.c_str());
 }
 
-TEST_F(LServeTest, NoStreamingHeadsWithABudgetOverTheSequenceOrEveryLayerWholeIsDense) {
+TEST_F(LServeTest, NoStreamingHeadsIsQuestAndWithEveryRowReadIsDense) {
     Result<HeadProfile> prof = calibrate_heads(*model_, *tok_, nullptr, cal_options(), pool_);
     ASSERT_TRUE(prof.ok());
     const std::string path = temp_path("prof0.json");
@@ -226,11 +271,13 @@ TEST_F(LServeTest, NoStreamingHeadsWithABudgetOverTheSequenceOrEveryLayerWholeIs
     // every layer kept whole (full_layers, Quest's first layers read every
     // row): both dense bit for bit; 3 the same budget with no whole layer
     // selects pages, which must change something (else 2 proves nothing).
-    std::vector<std::vector<float>> logs[4];
+    // Pass 4 is quest with lserve's page-selection settings: with no
+    // streaming head lserve is quest, bit for bit.
+    std::vector<std::vector<float>> logs[5];
     const std::string base = "lserve:static=0,page=16,profile=" + path;
-    const std::string specs[4] = {"", base + ",budget=512", base + ",budget=64,full_layers=" + std::to_string(c.n_layer),
-                                  base + ",budget=64,full_layers=0"};
-    for (int pass = 0; pass < 4; ++pass) {
+    const std::string specs[5] = {"", base + ",budget=512", base + ",budget=64,full_layers=" + std::to_string(c.n_layer),
+                                  base + ",budget=64,full_layers=0", "quest:budget=64,page=16,sink=64,full_layers=0"};
+    for (int pass = 0; pass < 5; ++pass) {
         auto e = engine(o);
         GenRequest r = greedy_request(
             random_prompt_ids(260, 8, static_cast<int32_t>(c.n_vocab), tok_->bos_id()), 30);
@@ -252,6 +299,10 @@ TEST_F(LServeTest, NoStreamingHeadsWithABudgetOverTheSequenceOrEveryLayerWholeIs
     EXPECT_TRUE(same(1)) << specs[1];
     EXPECT_TRUE(same(2)) << specs[2];
     EXPECT_FALSE(same(3)) << specs[3] << " reads 64 of ~290 rows per head and still gave dense bits";
+    ASSERT_EQ(logs[4].size(), logs[3].size());
+    for (size_t t = 0; t < logs[3].size(); ++t)
+        ASSERT_EQ(std::memcmp(logs[4][t].data(), logs[3][t].data(), logs[3][t].size() * sizeof(float)), 0)
+            << specs[4] << " and " << specs[3] << " differ at step " << t;
     std::remove(path.c_str());
 }
 

@@ -34,12 +34,18 @@ void calibrate_usage(FILE *out) {
                  "\n"
                  "Scores every KV head by how much of its attention output it loses when it sees only\n"
                  "the first --sink and the last --recent rows, at the answer positions of synthetic\n"
-                 "retrieval samples (gradient-free DuoAttention). The lowest-scoring heads are the\n"
+                 "retrieval samples (gradient-free DuoAttention; --method answer_kl scores instead how\n"
+                 "far the model's answer moves). The lowest-scoring heads are the\n"
                  "ones `--kv-policy lserve:static=F,profile=FILE` makes streaming heads. Writes the\n"
                  "head profile as JSON (docs/sparsity.md).\n"
                  "\n"
                  "  -m, --model FILE       GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
                  "  -o, --output FILE      where the profile goes (default: stdout)\n"
+                 "  --method M             attn_output (default): the head's own attention output;\n"
+                 "                         answer_kl: the model's next-token KL at the answer, each head\n"
+                 "                         alone restricted (one run of the prompt's tail per KV head)\n"
+                 "  --tail N               answer_kl: prompt tokens before the answer rerun restricted\n"
+                 "                         too (default 64)\n"
                  "  --task T               retrieval task of the samples (default niah_multikey): %s\n"
                  "  --ctx N[,N]            prompt lengths in tokens (default 4096)\n"
                  "  --samples N            samples per length (default 8); needle depths spread 0..1\n"
@@ -81,6 +87,14 @@ Status parse_options(int argc, char **argv, CalOptions *o) {
             if (!ctx_given) o->cal.ctx.clear();
             ctx_given = true;
             SIEVE_TRY(parse_int_list(f, text, 64, int64_t{1} << 21, &o->cal.ctx));
+        } else if (f == "--method") {
+            std::string m;
+            SIEVE_TRY(take_string(args, "attn_output or answer_kl", &m));
+            if (m == "attn_output") o->cal.method = CalibrateMethod::attn_output;
+            else if (m == "answer_kl") o->cal.method = CalibrateMethod::answer_kl;
+            else return Status::errorf("--method: '%s'; expected attn_output or answer_kl", m.c_str());
+        } else if (f == "--tail") {
+            SIEVE_TRY(take_int(args, f, 0, int64_t{1} << 30, &o->cal.tail));
         } else if (f == "--samples") {
             SIEVE_TRY(take_int(args, f, 1, 100000, &o->cal.n_samples));
         } else if (f == "--needles") {

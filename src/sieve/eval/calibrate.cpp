@@ -1,5 +1,6 @@
 #include "sieve/eval/calibrate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,26 @@ struct Acc {
     std::vector<double> sum;
     int64_t n = 0;
 };
+
+// Runs tokens[0, end) of slot 0 through the model in chunks of `chunk`
+// (dense attention); *at is the first position of the chunk in flight, for
+// an activation callback.
+Status prefill_dense(const Model &model, const std::vector<int32_t> &tokens, int64_t end, int64_t chunk, KvCache &kv,
+                     Workspace &ws, ThreadPool &pool, int64_t *at) {
+    std::vector<int32_t> pos(static_cast<size_t>(chunk)), seq(static_cast<size_t>(chunk), 0);
+    for (*at = 0; *at < end;) {
+        const int64_t m = std::min(chunk, end - *at);
+        for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(*at + i);
+        Batch b;
+        b.tokens = tokens.data() + *at;
+        b.pos = pos.data();
+        b.seq = seq.data();
+        b.n_tokens = m;
+        SIEVE_TRY(model.forward(b, kv, ws, pool));
+        *at += m;
+    }
+    return Status();
+}
 
 // One sample: the prompt + its answer through the model, then the ratios.
 Status calibrate_sample(const Model &model, const std::vector<int32_t> &tokens, int64_t n_prompt,
@@ -38,18 +59,7 @@ Status calibrate_sample(const Model &model, const std::vector<int32_t> &tokens, 
                       qs.data() + (static_cast<int64_t>(il) * n_ans + (pos - p0)) * qd);
         }
     };
-    std::vector<int32_t> pos(static_cast<size_t>(opt.chunk)), seq(static_cast<size_t>(opt.chunk), 0);
-    for (chunk0 = 0; chunk0 < n;) {
-        const int64_t m = std::min(opt.chunk, n - chunk0);
-        for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(chunk0 + i);
-        Batch b;
-        b.tokens = tokens.data() + chunk0;
-        b.pos = pos.data();
-        b.seq = seq.data();
-        b.n_tokens = m;
-        SIEVE_TRY(model.forward(b, kv, *ws, pool));
-        chunk0 += m;
-    }
+    SIEVE_TRY(prefill_dense(model, tokens, n, opt.chunk, kv, *ws, pool, &chunk0));
     ws->callback = nullptr;
     // Both attentions per (layer, answer position), every KV head at once
     // (each head's output depends on its own rows only).
@@ -116,16 +126,99 @@ Status calibrate_sample(const Model &model, const std::vector<int32_t> &tokens, 
     return Status();
 }
 
+// Log-softmax of one row of logits, in double.
+void log_softmax(const float *x, int64_t n, std::vector<double> *out) {
+    out->resize(static_cast<size_t>(n));
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
+    const double lse = mx + std::log(sum);
+    for (int64_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = static_cast<double>(x[i]) - lse;
+}
+
+// One sample, answer_kl: the prompt's head prefilled once, then its tail and
+// the answer once dense and once per KV head with that head alone streaming.
+Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &tokens, int64_t n_prompt,
+                           const CalibrateOptions &opt, ThreadPool &pool, Acc *acc) {
+    const ModelConfig &c = model.config();
+    const int64_t n = static_cast<int64_t>(tokens.size()), nkv = c.n_head_kv, n_heads = c.n_layer * nkv;
+    const int64_t vocab = c.n_vocab;
+    Result<std::unique_ptr<ContiguousKv>> kvr = ContiguousKv::create(model.kv_shape(1, opt.kv_type), n);
+    if (!kvr.ok()) return kvr.status();
+    ContiguousKv &kv = **kvr;
+    // Answer positions p0 .. n - 2 (their logits predict tokens p0 + 1 .. n - 1);
+    // positions t0 .. n - 1 are rerun, at least two so the run is a prefill run.
+    const int64_t p0 = n_prompt - 1, n_ans = n - 1 - p0;
+    const int64_t t0 = std::max<int64_t>(0, std::min(p0 - opt.tail, n - 2)), n_tail = n - t0;
+    std::unique_ptr<Workspace> ws = model.make_workspace(std::max(opt.chunk, n_tail), std::max<int64_t>(n_ans, 1));
+    int64_t at = 0;
+    SIEVE_TRY(prefill_dense(model, tokens, t0, opt.chunk, kv, *ws, pool, &at));
+    std::vector<int32_t> pos(static_cast<size_t>(n_tail)), seq(pos.size(), 0);
+    // The tail: every token a prompt token (the prefill kernel, where the Λ
+    // mask lives), logits at the answer positions.
+    std::vector<int8_t> want(static_cast<size_t>(n_tail)), in_prompt(static_cast<size_t>(n_tail), 1);
+    for (int64_t i = 0; i < n_tail; ++i) {
+        pos[static_cast<size_t>(i)] = static_cast<int32_t>(t0 + i);
+        want[static_cast<size_t>(i)] = t0 + i >= p0 && t0 + i < n - 1 ? 1 : 0;
+    }
+    std::vector<uint8_t> streaming(static_cast<size_t>(n_heads), 0);
+    PrefillMask mask;
+    mask.streaming = streaming.data();
+    mask.sink = opt.sink;
+    mask.recent = opt.recent;
+    std::vector<const PrefillMask *> masks(static_cast<size_t>(n_tail), &mask);
+    auto run_tail = [&](bool masked) -> Status {
+        Batch b;
+        b.tokens = tokens.data() + t0;
+        b.pos = pos.data();
+        b.seq = seq.data();
+        b.n_tokens = n_tail;
+        b.want_logits = want.data();
+        b.in_prompt = in_prompt.data();
+        if (masked) b.prefill_masks = masks.data();
+        SIEVE_TRY(model.forward(b, kv, *ws, pool));  // rolls the lanes back to t0 first
+        SIEVE_CHECKF(ws->n_outputs() == n_ans, "calibrate: %lld logits rows, expected %lld",
+                     static_cast<long long>(ws->n_outputs()), static_cast<long long>(n_ans));
+        return Status();
+    };
+    SIEVE_TRY(run_tail(false));
+    std::vector<std::vector<double>> ref(static_cast<size_t>(n_ans));
+    for (int64_t t = 0; t < n_ans; ++t) log_softmax(ws->logits() + t * vocab, vocab, &ref[static_cast<size_t>(t)]);
+    std::vector<double> lq;
+    for (int64_t h = 0; h < n_heads; ++h) {
+        streaming[static_cast<size_t>(h)] = 1;
+        SIEVE_TRY(run_tail(true));
+        streaming[static_cast<size_t>(h)] = 0;
+        for (int64_t t = 0; t < n_ans; ++t) {
+            log_softmax(ws->logits() + t * vocab, vocab, &lq);
+            const std::vector<double> &lp = ref[static_cast<size_t>(t)];
+            double kl = 0.0;
+            for (int64_t i = 0; i < vocab; ++i) {
+                const double a = lp[static_cast<size_t>(i)];
+                kl += std::exp(a) * (a - lq[static_cast<size_t>(i)]);
+            }
+            acc->sum[static_cast<size_t>(h)] += std::max(0.0, kl);
+        }
+    }
+    acc->n += n_ans;
+    return Status();
+}
+
 }  // namespace
+
+const char *calibrate_method_name(CalibrateMethod m) {
+    return m == CalibrateMethod::answer_kl ? "answer_kl" : "attn_output";
+}
 
 Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
                                     const CalibrateOptions &opt, ThreadPool &pool,
                                     const std::function<void(int64_t, int64_t)> &progress) {
-    if (opt.n_samples < 1 || opt.ctx.empty() || opt.sink < 0 || opt.recent < 1 || opt.chunk < 1)
-        return Status::errorf("calibrate: samples %lld, %zu lengths, sink %lld, recent %lld: expected samples >= 1, "
-                              "a length, sink >= 0, recent >= 1",
+    if (opt.n_samples < 1 || opt.ctx.empty() || opt.sink < 0 || opt.recent < 1 || opt.chunk < 1 || opt.tail < 0)
+        return Status::errorf("calibrate: samples %lld, %zu lengths, sink %lld, recent %lld, tail %lld: expected "
+                              "samples >= 1, a length, sink >= 0, recent >= 1, tail >= 0",
                               static_cast<long long>(opt.n_samples), opt.ctx.size(), static_cast<long long>(opt.sink),
-                              static_cast<long long>(opt.recent));
+                              static_cast<long long>(opt.recent), static_cast<long long>(opt.tail));
     const ModelConfig &c = model.config();
     Acc acc;
     acc.sum.assign(static_cast<size_t>(c.n_layer * c.n_head_kv), 0.0);
@@ -148,7 +241,10 @@ Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, co
             std::vector<int32_t> tokens = s->prompt_ids;
             const std::vector<int32_t> ans = tok.encode(answer, /*add_bos=*/false, /*parse_special=*/false);
             tokens.insert(tokens.end(), ans.begin(), ans.end());
-            SIEVE_TRY(calibrate_sample(model, tokens, static_cast<int64_t>(s->prompt_ids.size()), opt, pool, &acc));
+            const int64_t n_prompt = static_cast<int64_t>(s->prompt_ids.size());
+            SIEVE_TRY(opt.method == CalibrateMethod::answer_kl
+                          ? calibrate_sample_kl(model, tokens, n_prompt, opt, pool, &acc)
+                          : calibrate_sample(model, tokens, n_prompt, opt, pool, &acc));
             if (progress) progress(++done, total);
         }
     }
@@ -158,10 +254,16 @@ Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, co
     p.sink = opt.sink;
     p.recent = opt.recent;
     p.method =
-        "gradient-free DuoAttention: per KV head, the mean over answer positions of |o(sink+recent) - o(full)|^2 / "
-        "|o(full)|^2 over the head's query group, the head's decode attention restricted to the first `sink` and "
-        "the last `recent` rows";
+        opt.method == CalibrateMethod::answer_kl
+            ? "gradient-free DuoAttention, answer_kl: per KV head, the mean over answer positions of KL(p_dense || "
+              "p_restricted) (nats) of the next-token distributions, that head alone restricted to the first `sink` "
+              "and the last `recent` rows (Λ mask) over the prompt's last `tail` tokens and the answer"
+            : "gradient-free DuoAttention: per KV head, the mean over answer positions of |o(sink+recent) - "
+              "o(full)|^2 / |o(full)|^2 over the head's query group, the head's decode attention restricted to the "
+              "first `sink` and the last `recent` rows";
     nlohmann::json d;
+    d["method"] = calibrate_method_name(opt.method);
+    if (opt.method == CalibrateMethod::answer_kl) d["tail"] = opt.tail;
     d["task"] = opt.task;
     d["ctx"] = opt.ctx;
     d["samples"] = opt.n_samples;

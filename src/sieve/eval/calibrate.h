@@ -21,6 +21,19 @@
 // the engine's own kernels in a fixed order (bit for bit with the same
 // thread count; another count splits the attention differently, which moves
 // scores by rounding only).
+//
+// That score is local: a head whose output changes a lot may not matter to
+// the answer, and one whose output changes a little may carry the one fact
+// the answer needs. The `answer_kl` method measures what DuoAttention's
+// training objective measures, the change at the model's output, one head
+// at a time and without gradients: the prompt up to its last `tail` tokens
+// is prefilled once (dense), then the rest of the prompt and the answer are
+// run again once per KV head with that head alone under the streaming
+// pattern (the Λ mask of the prefill attention: each query sees the first
+// `sink` rows and its last `recent`), and the head's score is the mean over
+// the answer positions of KL(p_dense || p_restricted) of the next-token
+// distributions (nats). A run with no head restricted gives p_dense, so a
+// pattern covering every row scores exactly 0.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +50,15 @@
 
 namespace sieve {
 
+enum class CalibrateMethod {
+    attn_output,  // the head's own attention output at the answer positions (relative L2 change)
+    answer_kl,    // the model's next-token distributions at the answer positions (KL from dense)
+};
+
+const char *calibrate_method_name(CalibrateMethod m);
+
 struct CalibrateOptions {
+    CalibrateMethod method = CalibrateMethod::attn_output;
     std::string task = "niah_multikey";
     std::vector<int64_t> ctx = {4096};
     int64_t n_samples = 8;    // per length; sample i has seed + i and needle depth i / (n - 1)
@@ -45,6 +66,7 @@ struct CalibrateOptions {
     int64_t sink = 64;
     int64_t recent = 256;
     int64_t chunk = 512;      // prefill chunk
+    int64_t tail = 64;        // answer_kl: prompt tokens before the answer that are rerun restricted too
     cpu::RowType kv_type = cpu::RowType::f16;
     TaskOptions task_opt;     // n_needles and the rest; n_tokens, seed and depth are set per sample
 };
