@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "sieve/eval/eval_metrics.h"
 #include "sieve/kv/contiguous_kv.h"
 
 namespace sieve {
@@ -126,17 +127,6 @@ Status calibrate_sample(const Model &model, const std::vector<int32_t> &tokens, 
     return Status();
 }
 
-// Log-softmax of one row of logits, in double.
-void log_softmax(const float *x, int64_t n, std::vector<double> *out) {
-    out->resize(static_cast<size_t>(n));
-    double mx = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
-    const double lse = mx + std::log(sum);
-    for (int64_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = static_cast<double>(x[i]) - lse;
-}
-
 // One sample, answer_kl: the prompt's head prefilled once, then its tail and
 // the answer once dense and once per KV head with that head alone streaming.
 Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &tokens, int64_t n_prompt,
@@ -154,7 +144,8 @@ Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &token
     std::unique_ptr<Workspace> ws = model.make_workspace(std::max(opt.chunk, n_tail), std::max<int64_t>(n_ans, 1));
     int64_t at = 0;
     SIEVE_TRY(prefill_dense(model, tokens, t0, opt.chunk, kv, *ws, pool, &at));
-    std::vector<int32_t> pos(static_cast<size_t>(n_tail)), seq(pos.size(), 0);
+    std::vector<int32_t> pos(static_cast<size_t>(n_tail));
+    const std::vector<int32_t> seq(static_cast<size_t>(n_tail), 0);
     // The tail: every token a prompt token (the prefill kernel, where the Λ
     // mask lives), logits at the answer positions.
     std::vector<int8_t> want(static_cast<size_t>(n_tail)), in_prompt(static_cast<size_t>(n_tail), 1);
@@ -182,22 +173,19 @@ Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &token
                      static_cast<long long>(ws->n_outputs()), static_cast<long long>(n_ans));
         return Status();
     };
+    // KL as `sieve eval` reports it (eval_metrics.h).
     SIEVE_TRY(run_tail(false));
-    std::vector<std::vector<double>> ref(static_cast<size_t>(n_ans));
-    for (int64_t t = 0; t < n_ans; ++t) log_softmax(ws->logits() + t * vocab, vocab, &ref[static_cast<size_t>(t)]);
-    std::vector<double> lq;
+    std::vector<std::vector<float>> ref(static_cast<size_t>(n_ans), std::vector<float>(static_cast<size_t>(vocab)));
+    for (int64_t t = 0; t < n_ans; ++t)
+        eval_log_softmax(ws->logits() + t * vocab, vocab, ref[static_cast<size_t>(t)].data());
+    std::vector<float> lq(static_cast<size_t>(vocab));
     for (int64_t h = 0; h < n_heads; ++h) {
         streaming[static_cast<size_t>(h)] = 1;
         SIEVE_TRY(run_tail(true));
         streaming[static_cast<size_t>(h)] = 0;
         for (int64_t t = 0; t < n_ans; ++t) {
-            log_softmax(ws->logits() + t * vocab, vocab, &lq);
-            const std::vector<double> &lp = ref[static_cast<size_t>(t)];
-            double kl = 0.0;
-            for (int64_t i = 0; i < vocab; ++i) {
-                const double a = lp[static_cast<size_t>(i)];
-                kl += std::exp(a) * (a - lq[static_cast<size_t>(i)]);
-            }
+            eval_log_softmax(ws->logits() + t * vocab, vocab, lq.data());
+            const double kl = eval_kl(ref[static_cast<size_t>(t)].data(), lq.data(), vocab);
             acc->sum[static_cast<size_t>(h)] += std::max(0.0, kl);
         }
     }
