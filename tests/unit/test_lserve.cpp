@@ -200,6 +200,65 @@ TEST_F(LServeTest, AnswerKlCalibrationIsDeterministicAndZeroWhereNothingIsCut) {
     }
 }
 
+TEST_F(LServeTest, GreedyRoundsChooseInOrderAndScoreTheChosenSet) {
+    CalibrateOptions o = cal_options();
+    o.method = CalibrateMethod::answer_kl;
+    o.tail = 24;
+    o.n_samples = 2;
+    Result<HeadProfile> single = calibrate_heads(*model_, *tok_, nullptr, o, pool_);
+    ASSERT_TRUE(single.ok()) << single.status().message();
+    CalibrateOptions g = o;
+    g.rounds = 2;
+    g.greedy_static = 0.5;
+    Result<HeadProfile> a = calibrate_heads(*model_, *tok_, nullptr, g, pool_);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    Result<HeadProfile> b = calibrate_heads(*model_, *tok_, nullptr, g, pool_);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(a->scores, b->scores) << "greedy rounds are deterministic";
+    EXPECT_NE(a->data_json.find("\"rounds\":2"), std::string::npos) << a->data_json;
+    const ModelConfig &c = model_->config();
+    const int64_t n = c.n_layer * c.n_head_kv, n_choose = (n + 1) / 2, first = (n_choose + 1) / 2;
+    ASSERT_GE(n, 4);
+    // Round 1 is the single-head scoring: its choice is the single profile's
+    // lowest, with the same scores bit for bit.
+    const double f1 = static_cast<double>(first) / static_cast<double>(n);
+    const std::vector<char> r1 = head_profile_streaming(*a, f1);
+    EXPECT_EQ(r1, head_profile_streaming(*single, f1));
+    for (int64_t h = 0; h < n; ++h)
+        if (r1[static_cast<size_t>(h)]) {
+            EXPECT_EQ(a->scores[static_cast<size_t>(h)], single->scores[static_cast<size_t>(h)]) << "head " << h;
+        }
+    // The chosen set comes first in the profile's order, and an unchosen
+    // head's score is the KL with it and the whole chosen set restricted.
+    const std::vector<char> chosen = head_profile_streaming(*a, static_cast<double>(n_choose) / static_cast<double>(n));
+    for (int64_t h = 0; h < n; ++h)
+        if (r1[static_cast<size_t>(h)]) {
+            EXPECT_TRUE(chosen[static_cast<size_t>(h)]) << "head " << h;
+        }
+    int64_t top = 0;
+    for (int64_t h = 1; h < n; ++h)
+        if (a->scores[static_cast<size_t>(h)] > a->scores[static_cast<size_t>(top)]) top = h;
+    ASSERT_FALSE(chosen[static_cast<size_t>(top)]);
+    std::vector<uint8_t> set(chosen.begin(), chosen.end());
+    set[static_cast<size_t>(top)] = 1;
+    Result<double> kl = calibrate_restricted_kl(*model_, *tok_, nullptr, g, set, pool_);
+    ASSERT_TRUE(kl.ok()) << kl.status().message();
+    EXPECT_EQ(*kl, a->scores[static_cast<size_t>(top)]);
+    // The chosen set restricted moves the answer; nothing restricted is the dense run.
+    Result<double> set_kl =
+        calibrate_restricted_kl(*model_, *tok_, nullptr, g, std::vector<uint8_t>(chosen.begin(), chosen.end()), pool_);
+    ASSERT_TRUE(set_kl.ok());
+    EXPECT_GT(*set_kl, 0.0);
+    Result<double> none = calibrate_restricted_kl(*model_, *tok_, nullptr, g, std::vector<uint8_t>(n, 0), pool_);
+    ASSERT_TRUE(none.ok());
+    EXPECT_EQ(*none, 0.0);
+    // Rounds are answer_kl's only; a mask of the wrong size is an error.
+    CalibrateOptions bad = g;
+    bad.method = CalibrateMethod::attn_output;
+    EXPECT_FALSE(calibrate_heads(*model_, *tok_, nullptr, bad, pool_).ok());
+    EXPECT_FALSE(calibrate_restricted_kl(*model_, *tok_, nullptr, g, std::vector<uint8_t>(3, 1), pool_).ok());
+}
+
 TEST_F(LServeTest, StreamingHeadsHoldSinkAndRecentTheOthersEveryRow) {
     Result<HeadProfile> prof = calibrate_heads(*model_, *tok_, nullptr, cal_options(), pool_);
     ASSERT_TRUE(prof.ok());

@@ -4,6 +4,7 @@
 //   sieve calibrate -m MODEL [--ctx 4096] [--samples 8] [-o profile.json]
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -46,6 +47,11 @@ void calibrate_usage(FILE *out) {
                  "                         alone restricted (one run of the prompt's tail per KV head)\n"
                  "  --tail N               answer_kl: prompt tokens before the answer rerun restricted\n"
                  "                         too (default 64)\n"
+                 "  --rounds R             answer_kl: choose the streaming heads greedily in R rounds, each\n"
+                 "                         scoring the rest with the heads chosen so far restricted too\n"
+                 "                         (default 1: every head scored alone)\n"
+                 "  --greedy-static F      with --rounds > 1: the fraction of KV heads the rounds choose\n"
+                 "                         (default 0.5; lserve's static=F up to it follows their order)\n"
                  "  --task T               retrieval task of the samples (default niah_multikey): %s\n"
                  "  --ctx N[,N]            prompt lengths in tokens (default 4096)\n"
                  "  --samples N            samples per length (default 8); needle depths spread 0..1\n"
@@ -95,6 +101,15 @@ Status parse_options(int argc, char **argv, CalOptions *o) {
             else return Status::errorf("--method: '%s'; expected attn_output or answer_kl", m.c_str());
         } else if (f == "--tail") {
             SIEVE_TRY(take_int(args, f, 0, int64_t{1} << 30, &o->cal.tail));
+        } else if (f == "--rounds") {
+            SIEVE_TRY(take_int(args, f, 1, 1024, &o->cal.rounds));
+        } else if (f == "--greedy-static") {
+            SIEVE_TRY(take_string(args, "a fraction in [0, 1]", &text));
+            char *end = nullptr;
+            const double g = std::strtod(text.c_str(), &end);
+            if (text.empty() || *end != '\0' || !(g >= 0.0 && g <= 1.0))
+                return Status::errorf("--greedy-static: '%s'; expected a fraction in [0, 1]", text.c_str());
+            o->cal.greedy_static = g;
         } else if (f == "--samples") {
             SIEVE_TRY(take_int(args, f, 1, 100000, &o->cal.n_samples));
         } else if (f == "--needles") {
@@ -113,6 +128,9 @@ Status parse_options(int argc, char **argv, CalOptions *o) {
             return Status::errorf("unknown option '%s'", f.c_str());
         }
     }
+    if (o->cal.rounds > 1 && o->cal.method != CalibrateMethod::answer_kl)
+        return Status::errorf("--rounds %lld: greedy rounds need --method answer_kl",
+                              static_cast<long long>(o->cal.rounds));
     return parse_cache_types(o->type, "", &o->cal.kv_type);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "sieve/eval/eval_metrics.h"
@@ -128,9 +129,11 @@ Status calibrate_sample(const Model &model, const std::vector<int32_t> &tokens, 
 }
 
 // One sample, answer_kl: the prompt's head prefilled once, then its tail and
-// the answer once dense and once per KV head with that head alone streaming.
+// the answer once dense and once per KV head h with scored[h] set, with h and
+// every head of `fixed` streaming.
 Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &tokens, int64_t n_prompt,
-                           const CalibrateOptions &opt, ThreadPool &pool, Acc *acc) {
+                           const CalibrateOptions &opt, const std::vector<uint8_t> &fixed,
+                           const std::vector<uint8_t> &scored, ThreadPool &pool, Acc *acc) {
     const ModelConfig &c = model.config();
     const int64_t n = static_cast<int64_t>(tokens.size()), nkv = c.n_head_kv, n_heads = c.n_layer * nkv;
     const int64_t vocab = c.n_vocab;
@@ -153,7 +156,7 @@ Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &token
         pos[static_cast<size_t>(i)] = static_cast<int32_t>(t0 + i);
         want[static_cast<size_t>(i)] = t0 + i >= p0 && t0 + i < n - 1 ? 1 : 0;
     }
-    std::vector<uint8_t> streaming(static_cast<size_t>(n_heads), 0);
+    std::vector<uint8_t> streaming = fixed;
     PrefillMask mask;
     mask.streaming = streaming.data();
     mask.sink = opt.sink;
@@ -180,9 +183,10 @@ Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &token
         eval_log_softmax(ws->logits() + t * vocab, vocab, ref[static_cast<size_t>(t)].data());
     std::vector<float> lq(static_cast<size_t>(vocab));
     for (int64_t h = 0; h < n_heads; ++h) {
+        if (!scored[static_cast<size_t>(h)]) continue;
         streaming[static_cast<size_t>(h)] = 1;
         SIEVE_TRY(run_tail(true));
-        streaming[static_cast<size_t>(h)] = 0;
+        streaming[static_cast<size_t>(h)] = fixed[static_cast<size_t>(h)];
         for (int64_t t = 0; t < n_ans; ++t) {
             eval_log_softmax(ws->logits() + t * vocab, vocab, lq.data());
             const double kl = eval_kl(ref[static_cast<size_t>(t)].data(), lq.data(), vocab);
@@ -193,25 +197,21 @@ Status calibrate_sample_kl(const Model &model, const std::vector<int32_t> &token
     return Status();
 }
 
-}  // namespace
-
-const char *calibrate_method_name(CalibrateMethod m) {
-    return m == CalibrateMethod::answer_kl ? "answer_kl" : "attn_output";
-}
-
-Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
-                                    const CalibrateOptions &opt, ThreadPool &pool,
-                                    const std::function<void(int64_t, int64_t)> &progress) {
+Status check_options(const CalibrateOptions &opt) {
     if (opt.n_samples < 1 || opt.ctx.empty() || opt.sink < 0 || opt.recent < 1 || opt.chunk < 1 || opt.tail < 0)
         return Status::errorf("calibrate: samples %lld, %zu lengths, sink %lld, recent %lld, tail %lld: expected "
                               "samples >= 1, a length, sink >= 0, recent >= 1, tail >= 0",
                               static_cast<long long>(opt.n_samples), opt.ctx.size(), static_cast<long long>(opt.sink),
                               static_cast<long long>(opt.recent), static_cast<long long>(opt.tail));
-    const ModelConfig &c = model.config();
-    Acc acc;
-    acc.sum.assign(static_cast<size_t>(c.n_layer * c.n_head_kv), 0.0);
-    const int64_t total = opt.n_samples * static_cast<int64_t>(opt.ctx.size());
-    int64_t done = 0;
+    return Status();
+}
+
+// The samples: prompt + answer token ids and the prompt's length.
+using CalSample = std::pair<std::vector<int32_t>, int64_t>;
+
+Result<std::vector<CalSample>> calibration_samples(const Tokenizer &tok, const ChatTemplate *tmpl,
+                                                   const CalibrateOptions &opt) {
+    std::vector<CalSample> samples;
     for (int64_t ctx : opt.ctx) {
         for (int64_t i = 0; i < opt.n_samples; ++i) {
             TaskOptions to = opt.task_opt;
@@ -229,12 +229,106 @@ Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, co
             std::vector<int32_t> tokens = s->prompt_ids;
             const std::vector<int32_t> ans = tok.encode(answer, /*add_bos=*/false, /*parse_special=*/false);
             tokens.insert(tokens.end(), ans.begin(), ans.end());
-            const int64_t n_prompt = static_cast<int64_t>(s->prompt_ids.size());
+            samples.emplace_back(std::move(tokens), static_cast<int64_t>(s->prompt_ids.size()));
+        }
+    }
+    return samples;
+}
+
+}  // namespace
+
+const char *calibrate_method_name(CalibrateMethod m) {
+    return m == CalibrateMethod::answer_kl ? "answer_kl" : "attn_output";
+}
+
+Result<double> calibrate_restricted_kl(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
+                                       const CalibrateOptions &opt, const std::vector<uint8_t> &streaming,
+                                       ThreadPool &pool) {
+    const ModelConfig &c = model.config();
+    const int64_t n_heads = c.n_layer * c.n_head_kv;
+    SIEVE_TRY(check_options(opt));
+    if (static_cast<int64_t>(streaming.size()) != n_heads)
+        return Status::errorf("calibrate: a streaming mask of %zu heads; the model has %lld KV heads",
+                              streaming.size(), static_cast<long long>(n_heads));
+    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt);
+    if (!sr.ok()) return sr.status();
+    // One scored head with the rest of the set fixed is the set restricted.
+    int64_t h = n_heads - 1;
+    while (h >= 0 && !streaming[static_cast<size_t>(h)]) --h;
+    if (h < 0) return 0.0;
+    std::vector<uint8_t> fixed = streaming, scored(static_cast<size_t>(n_heads), 0);
+    fixed[static_cast<size_t>(h)] = 0;
+    scored[static_cast<size_t>(h)] = 1;
+    Acc acc;
+    acc.sum.assign(static_cast<size_t>(n_heads), 0.0);
+    for (const auto &[tokens, n_prompt] : *sr)
+        SIEVE_TRY(calibrate_sample_kl(model, tokens, n_prompt, opt, fixed, scored, pool, &acc));
+    return acc.n > 0 ? acc.sum[static_cast<size_t>(h)] / static_cast<double>(acc.n) : 0.0;
+}
+
+Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
+                                    const CalibrateOptions &opt, ThreadPool &pool,
+                                    const std::function<void(int64_t, int64_t)> &progress) {
+    SIEVE_TRY(check_options(opt));
+    if (opt.rounds < 1 || !(opt.greedy_static >= 0.0 && opt.greedy_static <= 1.0) ||
+        (opt.rounds > 1 && opt.method != CalibrateMethod::answer_kl))
+        return Status::errorf("calibrate: %lld rounds, greedy fraction %g with method %s: expected rounds >= 1 "
+                              "(more than 1 only with answer_kl) and a fraction in [0, 1]",
+                              static_cast<long long>(opt.rounds), opt.greedy_static,
+                              calibrate_method_name(opt.method));
+    const ModelConfig &c = model.config();
+    const int64_t n_heads = c.n_layer * c.n_head_kv;
+    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt);
+    if (!sr.ok()) return sr.status();
+    const std::vector<CalSample> &samples = *sr;
+    // Round r scores the heads not chosen yet with the chosen ones streaming
+    // too; the last pass (r == rounds, or the only one) scores what is left.
+    const int64_t n_choose =
+        opt.rounds > 1 ? std::clamp<int64_t>(std::llround(opt.greedy_static * static_cast<double>(n_heads)), 0,
+                                              n_heads)
+                       : 0;
+    const int64_t passes = opt.rounds > 1 ? opt.rounds + 1 : 1;
+    const int64_t total = static_cast<int64_t>(samples.size()) * passes;
+    std::vector<uint8_t> fixed(static_cast<size_t>(n_heads), 0), scored(static_cast<size_t>(n_heads), 1);
+    std::vector<double> score(static_cast<size_t>(n_heads), 0.0);
+    double floor = -1.0;  // the highest score written in earlier rounds (scores are >= 0)
+    int64_t done = 0, chosen = 0, n_positions = 0;
+    for (int64_t r = 0; r < passes; ++r) {
+        Acc acc;
+        acc.sum.assign(static_cast<size_t>(n_heads), 0.0);
+        for (const auto &[tokens, n_prompt] : samples) {
             SIEVE_TRY(opt.method == CalibrateMethod::answer_kl
-                          ? calibrate_sample_kl(model, tokens, n_prompt, opt, pool, &acc)
+                          ? calibrate_sample_kl(model, tokens, n_prompt, opt, fixed, scored, pool, &acc)
                           : calibrate_sample(model, tokens, n_prompt, opt, pool, &acc));
             if (progress) progress(++done, total);
         }
+        n_positions = acc.n;
+        // This pass's candidates, lowest first (ties as head_profile_streaming breaks them).
+        std::vector<int64_t> order;
+        for (int64_t h = 0; h < n_heads; ++h)
+            if (scored[static_cast<size_t>(h)]) order.push_back(h);
+        auto mean = [&](int64_t h) {
+            return acc.n > 0 ? acc.sum[static_cast<size_t>(h)] / static_cast<double>(acc.n) : 0.0;
+        };
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+            const double sa = mean(a), sb = mean(b);
+            return sa < sb || (sa == sb && a > b);
+        });
+        const bool last = r == passes - 1;
+        const int64_t take = last ? static_cast<int64_t>(order.size())
+                                  : (n_choose - chosen + (opt.rounds - r) - 1) / (opt.rounds - r);
+        double top = floor;
+        for (int64_t i = 0; i < take; ++i) {
+            const int64_t h = order[static_cast<size_t>(i)];
+            double v = mean(h);
+            if (v <= floor) v = std::nextafter(floor, std::numeric_limits<double>::infinity());
+            score[static_cast<size_t>(h)] = v;
+            top = std::max(top, v);
+            scored[static_cast<size_t>(h)] = 0;
+            if (!last) fixed[static_cast<size_t>(h)] = 1;
+        }
+        floor = top;
+        chosen += last ? 0 : take;
     }
     HeadProfile p;
     p.n_layer = c.n_layer;
@@ -249,6 +343,10 @@ Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, co
             : "gradient-free DuoAttention: per KV head, the mean over answer positions of |o(sink+recent) - "
               "o(full)|^2 / |o(full)|^2 over the head's query group, the head's decode attention restricted to the "
               "first `sink` and the last `recent` rows";
+    if (opt.rounds > 1)
+        p.method += "; greedy in `rounds` rounds: each round restricts the heads chosen in earlier rounds too and "
+                    "chooses the lowest of the rest (an equal share of `greedy_static` of all heads), a head's score "
+                    "being its KL when chosen, kept above every earlier choice";
     nlohmann::json d;
     d["method"] = calibrate_method_name(opt.method);
     if (opt.method == CalibrateMethod::answer_kl) d["tail"] = opt.tail;
@@ -257,11 +355,14 @@ Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, co
     d["samples"] = opt.n_samples;
     d["seed"] = opt.seed;
     d["n_needles"] = opt.task_opt.n_needles;
-    d["answer_positions"] = acc.n;
+    if (opt.rounds > 1) {
+        d["rounds"] = opt.rounds;
+        d["greedy_static"] = opt.greedy_static;
+    }
+    d["answer_positions"] = n_positions;
     d["kv_type"] = cpu::row_type_name(opt.kv_type);
     p.data_json = d.dump();
-    p.scores.resize(acc.sum.size());
-    for (size_t i = 0; i < acc.sum.size(); ++i) p.scores[i] = acc.n > 0 ? acc.sum[i] / static_cast<double>(acc.n) : 0.0;
+    p.scores = std::move(score);
     return p;
 }
 

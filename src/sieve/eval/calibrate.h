@@ -34,6 +34,21 @@
 // the answer positions of KL(p_dense || p_restricted) of the next-token
 // distributions (nats). A run with no head restricted gives p_dense, so a
 // pattern covering every row scores exactly 0.
+//
+// One head at a time misses how heads stand in for each other: cutting two
+// heads that both carry a needle may cost far more than the sum of cutting
+// each. `rounds` R > 1 (answer_kl only) chooses the streaming heads greedily
+// instead, the way DuoAttention's joint gate optimisation would without
+// gradients: round r scores every head not yet chosen with it *and every
+// head chosen in earlier rounds* restricted (KL still against the dense
+// run), and chooses the lowest-scoring share of the `greedy_static`
+// fraction of all heads (an R-th of it per round); one last pass scores the
+// heads never chosen against the whole chosen set. The written score of a
+// head is its KL in the round it was chosen (or in the last pass), raised
+// where needed to stay above every earlier choice, so the profile's order is
+// the order of choice: `lserve:static=F` with F <= greedy_static takes the
+// first rounds' heads. Cost: about (R + 1) (1 - greedy_static / 2) times
+// the one-round run.
 #pragma once
 
 #include <cstdint>
@@ -67,13 +82,24 @@ struct CalibrateOptions {
     int64_t recent = 256;
     int64_t chunk = 512;      // prefill chunk
     int64_t tail = 64;        // answer_kl: prompt tokens before the answer that are rerun restricted too
+    int64_t rounds = 1;       // answer_kl: greedy rounds (1: each head scored alone)
+    double greedy_static = 0.5;  // answer_kl, rounds > 1: the fraction of KV heads the rounds choose
     cpu::RowType kv_type = cpu::RowType::f16;
     TaskOptions task_opt;     // n_needles and the rest; n_tokens, seed and depth are set per sample
 };
 
-// progress(done, total) after each sample.
+// progress(done, total) after each sample (and round).
 Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
                                     const CalibrateOptions &opt, ThreadPool &pool,
                                     const std::function<void(int64_t, int64_t)> &progress = {});
+
+// answer_kl's measure for a whole set: the mean over the samples' answer
+// positions of KL(p_dense || p_restricted) with every head of `streaming`
+// ([n_layer * n_head_kv], nonzero = streaming) restricted at once. With
+// `rounds` > 1 a head's score in the round that chose it is this, for it and
+// the heads chosen before.
+Result<double> calibrate_restricted_kl(const Model &model, const Tokenizer &tok, const ChatTemplate *tmpl,
+                                       const CalibrateOptions &opt, const std::vector<uint8_t> &streaming,
+                                       ThreadPool &pool);
 
 }  // namespace sieve
