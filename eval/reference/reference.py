@@ -13,9 +13,10 @@ tests/model allow.
 
 `forward(..., act_q8=True)` (`--act-q8`) models one documented approximation of CPU
 engines instead of the exact math: before a product with a weight stored in
-a 32-element block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), the activations are
-rounded to 8 bits per block of 32 (scale = max|x| / 127, round half to even),
-as ggml's Q8_0 activation path does. The exact and the rounded reference
+a 32-element block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) or a K-quant (Q4_K,
+Q5_K, Q6_K), the activations are rounded to 8 bits per block of 32 (scale =
+max|x| / 127, round half to even), as ggml's Q8_0 activation path and sieve's
+integer matmuls (for both families) do. The exact and the rounded reference
 together tell how much of a difference to the exact math that rounding
 explains; tests/model uses both.
 
@@ -57,8 +58,11 @@ from gguf import GGUFReader
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
-# Weight formats whose products run against 8-bit activations in act_q8 mode.
-_Q8_ACT_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0}
+# Weight formats whose products run against 8-bit activations in act_q8 mode:
+# sieve's integer path rounds the activations in blocks of 32 for the
+# 32-element block types and for the K-quants alike (their sub-blocks are 32
+# or 16 elements, kernels/cpu/matmul_q8.h).
+_Q8_ACT_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K}
 _Q8_BLOCK = 32
 
 

@@ -7,8 +7,14 @@ with single tokens of the other prompt). Each way must match the reference at
 every position; then sieve's 64-token greedy generation must be the
 reference's.
 
+Models: stories260K (committed), random-weight qwen2 / llama files, SmolLM2
+(the default model, fetched by the quick start) in CTest; the two long-context
+Qwen2.5-Coder files (test_long_model, Q5_0 / Q8_0 / Q4_K / Q6_K weights) by
+hand, since CI does not fetch them (docs/models.md, "Checked against the
+reference").
+
 Prompts (documented choice): an English paragraph and random ids, or for
-SmolLM2 an English paragraph and a ChatML conversation. English is turned
+SmolLM2 and the Qwen2.5 files an English paragraph and a ChatML conversation. English is turned
 into ids by greedy longest match over the model's own vocabulary (the
 tokenizer has its own golden tests; here the ids only have to be valid and
 text-like). Random ids use numpy's default_rng with a fixed seed.
@@ -82,6 +88,11 @@ hold. They do not have the same rows:
     0.002-0.09 of the median f16-vs-f32 shift, and the test asserts it is
     below F16_POWER_RATIO = 0.25 (measured: rows left in f32 give ~1,
     rounding toward zero 1.6-2.3, bf16 rows ~8).
+    In the Qwen2.5 files (24 and 28 layers) flips cascade further: the
+    reference's own jitter median is 0.3-0.5 of the effect and sieve sits at
+    0.2-0.35, so where the jitter exceeds F16_POWER_RATIO the bound is
+    F16_POWER_CASCADE_RATIO = 0.5 (still well below a kernel that does not
+    round, ~1).
     SmolLM2 is exempt (ratio printed, 0.6-0.8): its flips cascade through
     30 layers until two f16 realizations are almost as far apart as f16 is
     from f32, so no logit-level check resolves its rounding; the small
@@ -109,11 +120,16 @@ F32_FLOOR = 2e-3
 KV_JITTER_EPS = 2.0 ** -20
 KV_JITTER_SEEDS = 3
 F16_POWER_RATIO = 0.25
+F16_POWER_CASCADE_RATIO = 0.5
 MAX_FLIP_FRACTION = 0.05
 N_GEN = 64
 PROMPT_MIN, PROMPT_MAX = 64, 96
 THREADS = os.environ.get("SIEVE_TEST_THREADS", "2")
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The long-context models the sparse work is judged on (scripts/fetch_long_model.sh).
+# Not in CTest (CI does not fetch them): run by hand, see docs/models.md.
+LONG_MODELS = {"qwen0.5b": "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+               "qwen1.5b": "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"}
 
 ENGLISH = (
     "The history of the old harbour town begins in the early middle ages, when a small group of farmers "
@@ -153,6 +169,10 @@ def _test_models() -> Path:
 
 
 def _smollm2_path() -> Path:
+    return _cached_model(SMOLLM2, "scripts/fetch_model.sh")
+
+
+def _cached_model(file: str, fetch: str) -> Path:
     # Same lookup as scripts/fetch_model.sh, then the cache CMake was configured with.
     dirs = []
     if os.environ.get("SIEVE_CACHE"):
@@ -162,9 +182,9 @@ def _smollm2_path() -> Path:
     if os.environ.get("SIEVE_MODEL_CACHE"):
         dirs.append(Path(os.environ["SIEVE_MODEL_CACHE"]))
     for d in dirs:
-        if (d / SMOLLM2).is_file():
-            return d / SMOLLM2
-    pytest.fail(f"{SMOLLM2} not found in {', '.join(map(str, dirs))}: run scripts/fetch_model.sh first")
+        if (d / file).is_file():
+            return d / file
+    pytest.fail(f"{file} not found in {', '.join(map(str, dirs))}: run {fetch} first")
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +223,7 @@ def make_prompts(name: str, ref: Reference, tokens: list[str], bos: int | None) 
     rng = np.random.default_rng(20240601)
     head = [bos] if bos is not None else []
     spm = name == "stories260K"
-    if name == "smollm2":
+    if name == "smollm2" or name in LONG_MODELS:
         chat = []
         for start, body, end, sep in CHAT:
             chat.append(tokens.index(start))
@@ -223,9 +243,11 @@ def make_prompts(name: str, ref: Reference, tokens: list[str], bos: int | None) 
 
 @lru_cache(maxsize=None)
 def load_reference(path: str) -> Reference:
-    # SmolLM2 runs in float32 to stay inside the suite's time budget: its
-    # rounding (~1e-6 relative) is far below the O(1) act_q8 bound it gets.
-    dtype = np.float32 if path.endswith(SMOLLM2) else np.float64
+    # SmolLM2 and the long models run in float32 to stay inside the suite's
+    # time budget (and, for the 1.5B, in memory): their rounding (~1e-6
+    # relative) is far below the act_q8 bounds they get.
+    f32 = path.endswith(SMOLLM2) or any(path.endswith(f) for f in LONG_MODELS.values())
+    dtype = np.float32 if f32 else np.float64
     return Reference(path, dtype=dtype)
 
 
@@ -400,9 +422,15 @@ def compare_f16_kv(name: str, path: Path, prompts: list[list[int]], ref: Referen
               f"median over positions: sieve f16 vs reference f16 {typical:.2g} = {typical / effect:.3f} of "
               f"reference f16 vs f32 {effect:.2g} (jitter {np.median(d_pos[:n]):.2g})")
         if name != "smollm2":
-            assert typical < F16_POWER_RATIO * effect, (
+            # Where the reference's own flip noise (jitter) is below the small
+            # ratio, hold sieve to it; where flips cascade further (the long
+            # models), to half the effect: a kernel that does not round, or
+            # rounds the wrong way, lands at 1-8x the effect either way.
+            jitter = np.median(d_pos[:n])
+            ratio = F16_POWER_RATIO if jitter < F16_POWER_RATIO * effect else F16_POWER_CASCADE_RATIO
+            assert typical < ratio * effect, (
                 f"{name} prompt {ip} f16 KV: typical |dlogit| vs the f16 reference {typical:.3g} is not below "
-                f"{F16_POWER_RATIO} x the f16 rounding's own effect {effect:.3g}: does sieve round K/V rows to f16 "
+                f"{ratio} x the f16 rounding's own effect {effect:.3g}: does sieve round K/V rows to f16 "
                 f"(round to nearest even) as it stores them?")
         print(f"{name} prompt {ip} f16 KV: {N_GEN} greedy tokens "
               f"{'identical to' if list(r16[n - 1:].argmax(axis=1)) == gens[ip] else 'within the near-tie rule of'} "
@@ -427,3 +455,8 @@ def test_random_model(name, random_models, tmp_path):
 
 def test_smollm2(tmp_path):
     compare_model("smollm2", _smollm2_path(), tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(LONG_MODELS))
+def test_long_model(name, tmp_path):
+    compare_model(name, _cached_model(LONG_MODELS[name], f"scripts/fetch_long_model.sh {name[4:]}"), tmp_path)
