@@ -12,10 +12,20 @@ and free runs, or the reference's run).
 
 Several files may give the same length (a later file's rows are added to
 the table; a row present in two files is an error: nothing is averaged).
+
+    python3 eval/eval_table.py --baseline OUTDIR/*.json
+
+is the dense-baseline layout (eval/run_baseline.sh's files): only the
+reference rows, a row per task, per model and length the accuracy with its
+interval and k/n, RULER's partial-credit score and the reference's wall time
+(perplexity of the scored tail for ppl).
 """
 import argparse
 import json
+import os
 import sys
+
+TASK_ORDER = ["passkey", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "code", "ppl"]
 
 
 def fmt_acc(c):
@@ -47,10 +57,52 @@ def cell_cols(c):
             "—" if c["reference"] else "%.1f%%" % (100 * c["agreement"])]
 
 
+def baseline(paths):
+    """A row per task, columns per (model, length): the reference rows only."""
+    cells = {}  # (model, ctx) -> {task: cell}
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        model = os.path.basename(doc["config"]["model"]).split(".gguf")[0]
+        for c in doc["cells"]:
+            if not c["reference"]:
+                continue
+            col = cells.setdefault((model, c["ctx"]), {})
+            if c["task"] in col:
+                sys.exit(f"{path}: {model} {c['task']} @{c['ctx']} is in two files")
+            col[c["task"]] = c
+    cols = sorted(cells)
+    tasks = [t for t in TASK_ORDER if any(t in cells[k] for k in cols)]
+    tasks += sorted({t for k in cols for t in cells[k]} - set(tasks))
+    head = ["task"]
+    for model, ctx in cols:
+        head += [f"{model} @{ctx}: acc % [95% CI] (k/n)", "RULER %", "wall s"]
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "---|---:|---:|" * len(cols))
+    for t in tasks:
+        row = [t]
+        for k in cols:
+            c = cells[k].get(t)
+            if c is None:
+                row += ["not run", "", ""]
+            elif t == "ppl":
+                row += [f"ppl {c['ppl_ref']:.3f} (scored tail)", "—", "%.0f" % (c["wall_ms"] / 1000)]
+            else:
+                ruler = "—" if c.get("ruler") is None else "%.1f" % (100 * c["ruler"])
+                row += ["%.0f [%.1f, %.1f] (%d/%d)" % (100 * c["accuracy"], 100 * c["acc_lo"], 100 * c["acc_hi"],
+                                                       c["n_correct"], c["n_scored"]),
+                        ruler, "%.0f" % (c["wall_ms"] / 1000)]
+        print("| " + " | ".join(row) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+")
+    ap.add_argument("--baseline", action="store_true",
+                    help="reference rows only, a row per task, columns per model and length")
     args = ap.parse_args()
+    if args.baseline:
+        return baseline(args.files)
     by_ctx = {}  # ctx -> {(policy, kv): {task: cell}}
     tasks_of = {}
     for path in args.files:
