@@ -28,13 +28,13 @@ import sys
 TASK_ORDER = ["passkey", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "code", "ppl"]
 
 
-def fmt_acc(c):
+def fmt_acc(c, ruler=True):
     if c["accuracy"] is None:
         return "—"
     s = "%.0f [%.1f, %.1f] (%d/%d)" % (100 * c["accuracy"], 100 * c["acc_lo"], 100 * c["acc_hi"],
                                        c["n_correct"], c["n_scored"])
     # RULER's partial-credit score, where the file has it and it says more.
-    if c.get("ruler") is not None and abs(c["ruler"] - c["accuracy"]) > 1e-9:
+    if ruler and c.get("ruler") is not None and abs(c["ruler"] - c["accuracy"]) > 1e-9:
         s += " · RULER %.1f" % (100 * c["ruler"])
     return s
 
@@ -89,9 +89,7 @@ def baseline(paths):
                 row += [f"ppl {c['ppl_ref']:.3f} (scored tail)", "—", "%.0f" % (c["wall_ms"] / 1000)]
             else:
                 ruler = "—" if c.get("ruler") is None else "%.1f" % (100 * c["ruler"])
-                row += ["%.0f [%.1f, %.1f] (%d/%d)" % (100 * c["accuracy"], 100 * c["acc_lo"], 100 * c["acc_hi"],
-                                                       c["n_correct"], c["n_scored"]),
-                        ruler, "%.0f" % (c["wall_ms"] / 1000)]
+                row += [fmt_acc(c, ruler=False), ruler, "%.0f" % (c["wall_ms"] / 1000)]
         print("| " + " | ".join(row) + " |")
 
 

@@ -14,10 +14,10 @@ hand, since CI does not fetch them (docs/models.md, "Checked against the
 reference").
 
 Prompts (documented choice): an English paragraph and random ids, or for
-SmolLM2 and the Qwen2.5 files an English paragraph and a ChatML conversation. English is turned
-into ids by greedy longest match over the model's own vocabulary (the
-tokenizer has its own golden tests; here the ids only have to be valid and
-text-like). Random ids use numpy's default_rng with a fixed seed.
+SmolLM2 and the Qwen2.5 files an English paragraph and a ChatML
+conversation. English is turned into ids by greedy longest match over the
+model's own vocabulary (the tokenizer has its own golden tests; here the ids
+only have to be valid and text-like). Random ids use numpy's default_rng with a fixed seed.
 
 Error bounds (why they are what they are):
   * Weights in F32/F16/K-quants: sieve dequantizes and multiplies in f32;
@@ -128,8 +128,8 @@ THREADS = os.environ.get("SIEVE_TEST_THREADS", "2")
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The long-context models the sparse work is judged on (scripts/fetch_long_model.sh).
 # Not in CTest (CI does not fetch them): run by hand, see docs/models.md.
-LONG_MODELS = {"qwen0.5b": "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-               "qwen1.5b": "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"}
+LONG_MODELS = {"qwen0.5b": ("Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", "scripts/fetch_long_model.sh"),
+               "qwen1.5b": ("Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", "scripts/fetch_long_model.sh 1.5b")}
 
 ENGLISH = (
     "The history of the old harbour town begins in the early middle ages, when a small group of farmers "
@@ -246,7 +246,7 @@ def load_reference(path: str) -> Reference:
     # SmolLM2 and the long models run in float32 to stay inside the suite's
     # time budget (and, for the 1.5B, in memory): their rounding (~1e-6
     # relative) is far below the act_q8 bounds they get.
-    f32 = path.endswith(SMOLLM2) or any(path.endswith(f) for f in LONG_MODELS.values())
+    f32 = path.endswith(SMOLLM2) or any(path.endswith(f) for f, _ in LONG_MODELS.values())
     dtype = np.float32 if f32 else np.float64
     return Reference(path, dtype=dtype)
 
@@ -459,4 +459,4 @@ def test_smollm2(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(LONG_MODELS))
 def test_long_model(name, tmp_path):
-    compare_model(name, _cached_model(LONG_MODELS[name], f"scripts/fetch_long_model.sh {name[4:]}"), tmp_path)
+    compare_model(name, _cached_model(*LONG_MODELS[name]), tmp_path)
