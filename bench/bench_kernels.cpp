@@ -312,6 +312,26 @@ void bm_attention_decode_batch(benchmark::State &state, bool multi, bool qwen) {
                                                   benchmark::Counter::kIsRate);
 }
 
+// A whole decode step's attention: `layers` layers of n_seq sequences with
+// `rows` rows each, run one layer after another as the model does, so the
+// K/V working set (SmolLM2 at 8 x 544 rows: 100 MB) is that of a real step
+// rather than one layer's few MB that stay in cache between iterations.
+void bm_attention_decode_step(benchmark::State &state) {
+    std::vector<std::unique_ptr<DecodeBatch>> layers;
+    for (int64_t l = 0; l < state.range(2); ++l)
+        layers.push_back(std::make_unique<DecodeBatch>(state.range(0), state.range(1), state.range(1)));
+    ThreadPool pool(bench_threads());
+    const int64_t n_seq = state.range(0);
+    for (auto _ : state) {
+        for (auto &l : layers) cpu::attention_decode_multi(l->args.data(), n_seq, pool);
+        benchmark::DoNotOptimize(layers.back()->o.data());
+    }
+    state.counters["kv_B/s"] =
+        benchmark::Counter(2.0 * 2 * static_cast<double>(layers[0]->rows) * DecodeBatch::d *
+                               static_cast<double>(layers.size() * state.iterations()),
+                           benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 // Decode steps of 1..32 tokens on the shapes of the two long-context files
@@ -382,5 +402,7 @@ BENCHMARK_CAPTURE(bm_attention_decode_batch, multi_qwen, true, true)
     ->Args({1, 544, 544})->Args({8, 544, 544})->Args({16, 544, 544})->Unit(benchmark::kMicrosecond);
 // Larger than the last-level cache: the K/V rows come from DRAM.
 BENCHMARK_CAPTURE(bm_attention_decode_batch, multi_dram, true, false)->Args({16, 4096, 4096})->Unit(benchmark::kMicrosecond);
+// SmolLM2's 30 layers, 1 and 8 sequences at depth 544 (the -npl bench's mean).
+BENCHMARK(bm_attention_decode_step)->Args({1, 544, 30})->Args({8, 544, 30})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

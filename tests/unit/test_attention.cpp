@@ -579,6 +579,26 @@ TEST(Attention, DecodeMultiEqualsPerSequenceDecode) {
     }
 }
 
+TEST(Attention, DecodeMultiManyLongSequencesGroupChunks) {
+    // Enough (sequence, KV head, chunk) units that a task takes several
+    // consecutive chunks of one head (24 x 3 heads x ~6 chunks on 2 threads),
+    // with lanes ending mid-block and after one row of the next chunk (the
+    // prefetch of the next block stops at the lane's end): still the bits of
+    // each sequence alone.
+    std::mt19937 rng(57);
+    ThreadPool pool(2);
+    for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::q8_0, cpu::RowType::f32}) {
+        std::vector<AttnCase> cases;
+        std::vector<bool> with_lse;
+        for (int64_t i = 0; i < 24; ++i) {
+            const int64_t n_vis = i % 3 == 0 ? 641 : 300 + static_cast<int64_t>(rng() % 700);
+            cases.push_back(decode_seq(rng, 9, 3, 64, t, n_vis));
+            with_lse.push_back(i % 2 == 0);
+        }
+        check_multi(cases, with_lse, pool);
+    }
+}
+
 TEST(Attention, DecodeMultiMixedShapesAndRepeatedCalls) {
     // Sequences of one call may differ in heads, head dim and row type; calls
     // of growing and shrinking sizes reuse the scratch (a stale counter or

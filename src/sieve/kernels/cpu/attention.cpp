@@ -67,9 +67,15 @@ template <class R>
     const auto *v = static_cast<const typename R::T *>(a.v[kvh]);
     if (!a.spans) {
         for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
-            const int64_t nb = std::min(decode::k_blk, j1 - jb);
-            decode::block<R>(a.q + h0 * d, group, k + jb * R::stride(d), v + jb * R::stride(d), nb, d, a.scale, s, part0,
-                             hstride);
+            // The next block's rows (the next chunk's first, past j1) are
+            // prefetched while this one is computed: from DRAM, one head's
+            // rows alone do not keep enough loads in flight.
+            const int64_t nb = std::min(decode::k_blk, j1 - jb), jn = jb + decode::k_blk;
+            decode::Ahead<R> ahead;
+            if (jn < n_vis)
+                ahead = {k + jn * R::stride(d), v + jn * R::stride(d), std::min(decode::k_blk, n_vis - jn)};
+            decode::block<R>(a.q + h0 * d, group, k + jb * R::stride(d), v + jb * R::stride(d), nb, d,
+                             a.scale, s, part0, hstride, ahead);
         }
         return;
     }
@@ -139,6 +145,8 @@ void check_decode_args(const AttnArgs &a, const char *who) {
 struct MultiSeq {
     int64_t task0 = 0;     // first task of the sequence
     int64_t part0 = 0;     // its partials start at partial + part0 (a multiple of 16 floats)
+    int64_t per = 1;       // consecutive chunks of one KV head per task
+    int64_t groups = 1;    // tasks per KV head: ceil(plan.n_chunks / per)
     decode::ChunkPlan plan;
 };
 // The calling thread's, grown only (steady-state calls do not allocate).
@@ -183,15 +191,28 @@ void attention_decode_multi(const AttnArgs *args, int64_t n_seq, ThreadPool &poo
         ms.left.reset(new std::atomic<int64_t>[static_cast<size_t>(n_seq)]);
         ms.cap = n_seq;
     }
+    // Chunks in all: with many sequences there are more (sequence, KV head)
+    // pairs than the threads need to balance, so a task takes several
+    // consecutive chunks of one head (each still its own partial, computed
+    // as alone: the same bits), and the prefetch of a chunk's last block
+    // runs into the next chunk on the same thread.
+    int64_t n_units = 0;
+    for (int64_t i = 0; i < n_seq; ++i) {
+        check_decode_args(args[i], "attention_decode_multi");
+        MultiSeq &m = ms.seqs[static_cast<size_t>(i)];
+        m.plan = decode_plan(args[i], pool.n_threads());
+        n_units += args[i].n_head_kv * m.plan.n_chunks;
+    }
+    const int64_t per = std::max<int64_t>(1, n_units / (8 * std::max(1, pool.n_threads())));
     int64_t n_tasks = 0, n_part = 0;
     for (int64_t i = 0; i < n_seq; ++i) {
         const AttnArgs &a = args[i];
-        check_decode_args(a, "attention_decode_multi");
         MultiSeq &m = ms.seqs[static_cast<size_t>(i)];
-        m.plan = decode_plan(a, pool.n_threads());
+        m.per = std::min(per, m.plan.n_chunks);
+        m.groups = (m.plan.n_chunks + m.per - 1) / m.per;
         m.task0 = n_tasks;
         m.part0 = n_part;
-        const int64_t tasks = a.n_head_kv * m.plan.n_chunks;
+        const int64_t tasks = a.n_head_kv * m.groups;
         ms.left[i].store(tasks, std::memory_order_relaxed);
         n_tasks += tasks;
         n_part += a.n_head * m.plan.n_chunks * decode::part_len(a.head_dim);
@@ -205,7 +226,9 @@ void attention_decode_multi(const AttnArgs *args, int64_t n_seq, ThreadPool &poo
             std::upper_bound(seqs, seqs + n_seq, task, [](int64_t t, const MultiSeq &s) { return t < s.task0; }) - 1;
         const int64_t i = m - seqs, local = task - m->task0;
         const AttnArgs &a = args[i];
-        decode_task_any(a, m->plan, partial + m->part0, local / m->plan.n_chunks, local % m->plan.n_chunks);
+        const int64_t kvh = local / m->groups, c0 = local % m->groups * m->per;
+        for (int64_t c = c0; c < std::min(c0 + m->per, m->plan.n_chunks); ++c)
+            decode_task_any(a, m->plan, partial + m->part0, kvh, c);
         if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) decode_merge(a, m->plan, partial + m->part0);
     });
 }

@@ -180,6 +180,26 @@ struct RowQ4_0 {
     }
 };
 
+// Rows of the next block to prefetch while a block is computed (n = 0: none).
+template <class R>
+struct Ahead {
+    const typename R::T *k = nullptr, *v = nullptr;
+    int64_t n = 0;
+};
+// Rows per prefetch slice: the prefetches are spread over a block's loops
+// (16 rows of K before each 16 rows of Q.K, the same for V and PV) rather
+// than issued at once, so they never queue behind each other in the line
+// fill buffers and cost little when the rows are already cached.
+constexpr int64_t k_pf_rows = 16;
+template <class R>
+inline void prefetch_slice(const typename R::T *rows, int64_t n_ahead, int64_t j, int64_t d) {
+    if (j >= n_ahead) return;
+    const int64_t bytes =
+        std::min(k_pf_rows, n_ahead - j) * R::stride(d) * static_cast<int64_t>(sizeof(typename R::T));
+    const char *c = reinterpret_cast<const char *>(rows + j * R::stride(d));
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+}
+
 // Longest row the generic paths widen on the stack.
 constexpr int64_t k_max_row = 512;
 
@@ -337,9 +357,17 @@ struct Piece {
 // [group, d]. s: scratch [group * k_blk]; the pieces' scores lie end to end.
 template <class R>
 inline void block_pieces(const float *q, int64_t group, const Piece<R> *pc, int np, int64_t nb, int64_t d,
-                         float scale, float *s, float *part0, int64_t hstride) {
+                         float scale, float *s, float *part0, int64_t hstride, const Ahead<R> &ahead = {}) {
     // 1. Each K row is read from memory once and dotted with every query head of the group.
-    for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i) qk<R>(q, group, pc[i].k, pc[i].n, d, scale, s + off);
+    if (ahead.n > 0 && np == 1) {
+        for (int64_t j = 0; j < nb; j += k_pf_rows) {
+            prefetch_slice<R>(ahead.k, ahead.n, j, d);
+            qk<R>(q, group, pc[0].k + j * R::stride(d), std::min(k_pf_rows, nb - j), d, scale, s + j);
+        }
+    } else {
+        for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i)
+            qk<R>(q, group, pc[i].k, pc[i].n, d, scale, s + off);
+    }
     // 2. Online softmax per head over the block.
     const int64_t mi = m_at(d);
     for (int64_t g = 0; g < group; ++g) {
@@ -364,15 +392,24 @@ inline void block_pieces(const float *q, int64_t group, const Piece<R> *pc, int 
         part[mi + 1] = part[mi + 1] * alpha + sum;
     }
     // 3. Each V row read once per tile of heads, accumulated in registers.
-    for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i) pv<R>(s + off, group, pc[i].v, pc[i].n, d, part0, hstride);
+    if (ahead.n > 0 && np == 1) {
+        for (int64_t j = 0; j < nb; j += k_pf_rows) {
+            prefetch_slice<R>(ahead.v, ahead.n, j, d);
+            pv<R>(s + j, group, pc[0].v + j * R::stride(d), std::min(k_pf_rows, nb - j), d, part0, hstride);
+        }
+    } else {
+        for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i)
+            pv<R>(s + off, group, pc[i].v, pc[i].n, d, part0, hstride);
+    }
 }
 
 // nb <= k_blk consecutive rows: k_rows / v_rows [nb, d] of R's element type.
 template <class R>
-inline void block(const float *q, int64_t group, const typename R::T *k_rows, const typename R::T *v_rows, int64_t nb,
-                  int64_t d, float scale, float *s, float *part0, int64_t hstride) {
+inline void block(const float *q, int64_t group, const typename R::T *k_rows, const typename R::T *v_rows,
+                  int64_t nb, int64_t d, float scale, float *s, float *part0, int64_t hstride,
+                  const Ahead<R> &ahead = {}) {
     const Piece<R> one{k_rows, v_rows, nb};
-    block_pieces<R>(q, group, &one, 1, nb, d, scale, s, part0, hstride);
+    block_pieces<R>(q, group, &one, 1, nb, d, scale, s, part0, hstride, ahead);
 }
 
 // partial: [n_head][n_chunks] x part_len(d) -> o [n_head, d], lse [n_head] (optional).
