@@ -48,6 +48,11 @@ sieve_eval_test(bad_policy_key 2 "" "dense has no key 'budget' \\(it takes no ke
 sieve_eval_test(bad_policy_form 2 "" "'budget' is not key=value" ${eval_small} --kv-policy dense:budget)
 sieve_eval_test(bad_policy_file 2 "" "KV policy file 'no-such\\.json': cannot open it" ${eval_small} --kv-policy @no-such.json)
 sieve_eval_test(ctx_too_long 2 "" "--ctx 4096 exceeds the model's training context \\(2048 tokens\\)" ${eval_small} --ctx 4096)
+# The answer needs positions too: a 2040-token passkey prompt and its 32
+# answer tokens do not fit 2048 (the message names the longest that does).
+sieve_eval_test(ctx_no_room_for_answer 2 "" "--ctx 2040: a passkey prompt of 2040 tokens and its 32 answer tokens need 2072 positions, beyond the model's training context \\(2048 tokens\\); give passkey lengths up to 2016" ${eval_small} --ctx 2040)
+sieve_eval_test(ctx_answer_budget 2 "" "its 16 answer tokens need 2056 positions.*up to 2032, or fewer --max-tokens" ${eval_small} --ctx 2040 --max-tokens 16)
+sieve_eval_test(ctx_answer_fits 0 "^\\| dense \\| f16 \\| " "" ${eval_small} --ctx 2040 --max-tokens 8)
 sieve_eval_test(ctx_too_short 2 "" "task '[a-z_]+' cannot be made 64 tokens long: .*ask for at least" ${eval_small} --ctx 64)
 sieve_eval_test(bad_ctx 2 "" "--ctx: expected an integer" ${eval_small} --ctx 512,x)
 sieve_eval_test(bad_samples 2 "" "--samples: expected an integer in \\[1, " ${eval_small} --samples 0)

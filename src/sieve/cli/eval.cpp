@@ -270,14 +270,33 @@ int run_error(const Status &st) {
     return k_exit_error;
 }
 
-// Every length must fit the model (exit 2: the command line asks for it).
+// Every length must fit the model with its task's answer (exit 2: the
+// command line asks for it). A sample is --ctx prompt tokens and the answer
+// is generated after it, so an answer task needs ctx + max_tokens positions
+// (RULER counts the answer budget inside the length; sieve's --ctx is the
+// prompt alone, so a model's last cell is its context less the answer);
+// ppl's scored tail is part of the ctx tokens.
 Status check_lengths(const EvalPlan &plan, const ModelConfig &cfg) {
-    for (int64_t ctx : plan.ctx)
-        if (cfg.n_ctx_train > 0 && ctx > cfg.n_ctx_train)
+    if (cfg.n_ctx_train <= 0) return Status();
+    const long long train = cfg.n_ctx_train;
+    for (int64_t ctx : plan.ctx) {
+        if (ctx > train)
             return Status::errorf(
                 "--ctx %lld exceeds the model's training context (%lld tokens); give lengths up to %lld",
-                static_cast<long long>(ctx), static_cast<long long>(cfg.n_ctx_train),
-                static_cast<long long>(cfg.n_ctx_train));
+                static_cast<long long>(ctx), train, train);
+        for (const std::string &task : plan.tasks) {
+            if (task == "ppl") continue;
+            const long long mt = plan.max_tokens > 0 ? plan.max_tokens : eval_task_max_tokens(task);
+            if (ctx + mt > train)
+                return Status::errorf(
+                    "--ctx %lld: a %s prompt of %lld tokens and its %lld answer tokens need %lld positions, "
+                    "beyond the "
+                    "model's training context (%lld tokens); give %s lengths up to %lld, or fewer "
+                    "--max-tokens",
+                    static_cast<long long>(ctx), task.c_str(), static_cast<long long>(ctx), mt, ctx + mt,
+                    train, task.c_str(), train - mt);
+        }
+    }
     return Status();
 }
 
