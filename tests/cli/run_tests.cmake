@@ -111,6 +111,10 @@ sieve_run_test(kv_memory_too_small 1 "" "KV pool exhausted.*raise --kv-memory"
   -- -m ${SIEVE_STORIES} --kv-memory 64KiB --kv-page-size 4KiB -p "Once upon a time" -n 4 --temp 0)
 sieve_run_test(kv_memory_enough 0 "Once upon a time" "generation: 8 tokens"
   -- -m ${SIEVE_STORIES} --kv-memory 1MiB --kv-page-size 4KiB -p "Once upon a time" -n 8 --temp 0)
+# More than the machine has: refused before anything runs (the pool backs its
+# pages lazily, so it would otherwise end in the OOM killer).
+sieve_run_test(kv_memory_past_ram 1 "" "KV memory of 102400.00 GiB is more than this machine has available"
+  -- -m ${SIEVE_STORIES} --kv-memory 100TiB -p "Once upon a time" -n 4 --temp 0)
 sieve_run_test(kv_memory_bad_unit 2 "" "--kv-memory: byte size '12XB'"
   -- -m ${SIEVE_STORIES} --kv-memory 12XB)
 sieve_run_test(kv_page_size_bad 1 "" "page size"

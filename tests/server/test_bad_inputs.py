@@ -1,6 +1,7 @@
 """Every bad input gets a 4xx with an OpenAI error object, and the server
 keeps serving (/health and a real completion after each)."""
 import json
+import subprocess
 import socket
 from urllib.parse import urlparse
 
@@ -163,3 +164,15 @@ def test_api_key_required():
         assert requests.get(srv.url + "/health", timeout=10).status_code == 200
     finally:
         assert srv.stop() == 0
+
+
+def test_kv_memory_past_the_machine_is_refused_at_start():
+    """--kv-memory beyond the memory available: the server exits 1 at start
+    naming both sizes, rather than starting and being OOM-killed when the
+    pool fills."""
+    from conftest import _bin, stories_model
+    out = subprocess.run([_bin(), "serve", "-m", stories_model(), "--port", "0", "-t", "1",
+                          "--kv-memory", "100TiB"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "more than this machine has available" in out.stderr, out.stderr
+    assert "(--kv-memory)" in out.stderr, out.stderr

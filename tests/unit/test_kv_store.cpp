@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "sieve/core/sysmem.h"
 #include "sieve/kv/page_pool.h"
 #include "sieve/kv/vattention_kv.h"
 
@@ -52,6 +53,40 @@ TEST(KvPagePool, RejectsBadSizes) {
     o.page_bytes = 64 << 10;
     o.budget_bytes = 1000;
     EXPECT_FALSE(PagePool::create(o).ok());
+}
+
+TEST(KvPagePool, MemInfoParses) {
+    const MemInfo m = parse_meminfo("MemTotal:       24576000 kB\nMemFree:         1000 kB\n"
+                                    "MemAvailable:   20971520 kB\nHugePages_Total:      16\n"
+                                    "HugePages_Free:       12\nHugepagesize:       2048 kB\n");
+    EXPECT_EQ(m.available, int64_t{20971520} * 1024);
+    EXPECT_EQ(m.huge_free, int64_t{12} * 2048 * 1024);
+    EXPECT_EQ(parse_meminfo("MemTotal: 100 kB\n").available, -1);  // no MemAvailable: unknown
+    EXPECT_GT(read_meminfo().available, 0);                         // Linux has /proc/meminfo
+}
+
+// A budget past the memory the machine has available is refused up front
+// (the pool backs pages lazily: it would end in the OOM killer, not an
+// error), naming both sizes; a default sized past it is capped instead.
+TEST(KvPagePool, RefusesABudgetThisMachineCannotHold) {
+    const int64_t avail = read_meminfo().available;
+    ASSERT_GT(avail, 0);
+    PagePoolOptions o;
+    o.budget_bytes = (avail / o.page_bytes + 1000) * o.page_bytes;
+    auto pr = PagePool::create(o);
+    ASSERT_FALSE(pr.ok());
+    EXPECT_NE(pr.status().message().find("more than this machine has available"), std::string::npos)
+        << pr.status().message();
+    EXPECT_NE(pr.status().message().find("ask for at most"), std::string::npos) << pr.status().message();
+    o.budget_bytes = 64 * o.page_bytes;  // a small one still works
+    EXPECT_TRUE(PagePool::create(o).ok());
+
+    const int64_t capped = cap_kv_default(4 * avail, "a test's default");
+    EXPECT_GT(capped, 0);
+    EXPECT_LE(capped, avail);
+    EXPECT_EQ(cap_kv_default(int64_t{1} << 20, "a test's default"), int64_t{1} << 20);
+    EXPECT_EQ(format_bytes(int64_t{3} << 29), "1.50 GiB");
+    EXPECT_EQ(format_bytes(int64_t{640} << 20), "640.0 MiB");
 }
 
 TEST(KvPagePool, AllocReleaseRefcounts) {

@@ -239,7 +239,7 @@ int cmd_serve(int argc, char **argv) {
     ServingModel sm;
     if (Status st = load_template(o, **file, **tok, &sm); !st.ok()) return fail(st);
     Result<std::unique_ptr<Engine>> engine = Engine::create(**model, **tok, o.engine);
-    if (!engine.ok()) return fail(engine.status().with_context("engine"));
+    if (!engine.ok()) return fail(engine.status());  // its messages start with "engine:"
     sm.engine = engine->get();
     sm.tok = tok->get();
     sm.model_id = o.served_name.empty() ? base_name(o.model) : o.served_name;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "sieve/core/log.h"
+#include "sieve/core/sysmem.h"
 #include "sieve/engine/output.h"
 #include "sieve/engine/scheduler.h"
 #include "sieve/engine/step_builder.h"
@@ -131,9 +132,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     }
 
     const KvShape shape = model.kv_shape(o.max_seqs, o.kv_type);
-    if (o.kv_memory_bytes == 0)
+    if (o.kv_memory_bytes == 0) {
         o.kv_memory_bytes =
             o.max_seqs * VAttentionKv::seq_pages_for_rows(shape, o.kv_page_bytes, o.max_ctx) * o.kv_page_bytes;
+        const std::string what = std::to_string(o.max_seqs) + " sequences of " + std::to_string(o.max_ctx) +
+                                 " positions (-np x -c)";
+        o.kv_memory_bytes = cap_kv_default(o.kv_memory_bytes, what.c_str());
+    }
 
     VAttentionKvOptions ko;
     ko.shape = shape;
@@ -153,7 +158,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
         }
     }
     auto kv = VAttentionKv::create(ko);
-    if (!kv.ok()) return kv.status().with_context("engine: creating the KV store");
+    if (!kv.ok()) return kv.status().with_context("engine: the KV store (--kv-memory)");
     im.kv = std::move(kv.value());
     im.kv_pages_total = im.kv->n_total_pages();
     if (im.kv_pages_total < im.kv->seq_pages_for_rows(1)) {

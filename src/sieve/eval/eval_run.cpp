@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 
+#include "sieve/core/sysmem.h"
 #include "sieve/core/timer.h"
 #include "sieve/kv/vattention_kv.h"
 #include "sieve/model/model.h"
@@ -277,9 +278,10 @@ class CellEngines {
             // The running sequences' contexts, the group's prompts that the
             // cache keeps for the rows after the first, and the lanes a
             // policy compacts beside the cached pages they leave.
-            eo.kv_memory_bytes = 3 * eo.max_seqs *
-                                 VAttentionKv::seq_pages_for_rows(shape, eo.kv_page_bytes, eo.max_ctx) *
-                                 eo.kv_page_bytes;
+            eo.kv_memory_bytes = cap_kv_default(
+                3 * eo.max_seqs * VAttentionKv::seq_pages_for_rows(shape, eo.kv_page_bytes, eo.max_ctx) *
+                    eo.kv_page_bytes,
+                "the eval's samples (-np) with their cached prompts");
         }
         Result<std::unique_ptr<Engine>> e = Engine::create(model_, tok_, eo);
         if (!e.ok()) return e.status().with_context("engine for the eval");

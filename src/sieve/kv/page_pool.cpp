@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "sieve/core/log.h"
+#include "sieve/core/sysmem.h"
 
 namespace sieve {
 
@@ -102,6 +103,23 @@ Result<std::unique_ptr<PagePool>> PagePool::create(const PagePoolOptions &opt) {
         return Status::errorf("KV memory %lld bytes: expected at least one page (%lld bytes) and at most 2^31 pages; "
                               "raise --kv-memory or lower the page size",
                               static_cast<long long>(opt.budget_bytes), static_cast<long long>(pb));
+    }
+    // The pages are backed as they are handed out, so a budget the machine
+    // cannot hold would not fail here but end the process (the OOM killer)
+    // once the pool fills: refuse it now, naming both sizes.
+    const int64_t bytes = n_pages * pb;
+    if (const MemInfo mi = read_meminfo(); mi.available >= 0) {
+        const bool huge = pb == (int64_t{2} << 20) && opt.try_huge_pages;
+        const int64_t limit = mi.available + (huge ? mi.huge_free : 0);
+        if (bytes > limit) {
+            return Status::errorf(
+                "KV memory of %s is more than this machine has available (%s%s); the pool backs "
+                "its pages as they fill, and past that the kernel would kill the process — "
+                "ask for at most %s",
+                format_bytes(bytes).c_str(), format_bytes(limit).c_str(),
+                huge && mi.huge_free > 0 ? ", with the free huge pages" : "",
+                format_bytes(static_cast<int64_t>(k_kv_default_share * static_cast<double>(limit))).c_str());
+        }
     }
     std::unique_ptr<PagePool> pool(new PagePool());
     pool->page_bytes_ = pb;
