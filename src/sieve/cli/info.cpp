@@ -24,18 +24,19 @@ constexpr uint64_t k_array_preview = 6;   // array elements shown
 constexpr size_t k_string_preview = 72;   // string bytes shown
 
 void print_usage(FILE *out) {
-    std::fprintf(out,
-                 "usage: sieve info [options] FILE\n"
-                 "\n"
-                 "Shows a GGUF file's header, metadata, tensor table, model configuration and\n"
-                 "memory estimate. Exits non-zero, with the reason on stderr, if the file is not a\n"
-                 "valid GGUF file or not a model sieve can run.\n"
-                 "\n"
-                 "options:\n"
-                 "  -c, --ctx-size N   also estimate the KV cache for a context of N tokens\n"
-                 "  -ctk, --cache-type-k T, -ctv, --cache-type-v T\n"
-                 "                     the KV row type to estimate for: f16 (default), bf16, f32, q8_0, q4_0\n"
-                 "  -h, --help         show this help\n");
+    std::fprintf(
+        out,
+        "usage: sieve info [options] FILE   (or -m FILE)\n"
+        "\n"
+        "Shows a GGUF file's header, metadata, tensor table, model configuration and\n"
+        "memory estimate. Exits non-zero, with the reason on stderr, if the file is not a\n"
+        "valid GGUF file or not a model sieve can run.\n"
+        "\n"
+        "options:\n"
+        "  -c, --ctx-size N   also estimate the KV cache for a context of N tokens\n"
+        "  -ctk, --cache-type-k T, -ctv, --cache-type-v T\n"
+        "                     the KV row type to estimate for: f16 (default), bf16, f32, q8_0, q4_0\n"
+        "  -h, --help         show this help\n");
 }
 
 std::string human_bytes(uint64_t n) {
@@ -216,6 +217,18 @@ int cmd_info(int argc, char **argv) {
                 return k_exit_usage;
             }
             (flag == "-ctk" || flag == "--cache-type-k" ? type_k : type_v) = v.value();
+        } else if (flag == "-m" || flag == "--model") {  // as the other commands take it
+            Result<std::string> v = args.value("a GGUF file");
+            if (!v.ok()) {
+                std::fprintf(stderr, "sieve info: %s\n", v.status().message().c_str());
+                return k_exit_usage;
+            }
+            if (!path.empty()) {
+                std::fprintf(stderr, "sieve info: one file at a time (got '%s' and '%s')\n", path.c_str(),
+                             v.value().c_str());
+                return k_exit_usage;
+            }
+            path = v.value();
         } else if (flag.size() > 1 && flag[0] == '-') {
             std::fprintf(stderr, "sieve info: unknown option '%s'\n\n", flag.c_str());
             print_usage(stderr);
