@@ -53,6 +53,10 @@ sieve_eval_test(ctx_too_long 2 "" "--ctx 4096 exceeds the model's training conte
 sieve_eval_test(ctx_no_room_for_answer 2 "" "--ctx 2040: a passkey prompt of 2040 tokens and its 32 answer tokens need 2072 positions, beyond the model's training context \\(2048 tokens\\); give passkey lengths up to 2016" ${eval_small} --ctx 2040)
 sieve_eval_test(ctx_answer_budget 2 "" "its 16 answer tokens need 2056 positions.*up to 2032, or fewer --max-tokens" ${eval_small} --ctx 2040 --max-tokens 16)
 sieve_eval_test(ctx_answer_fits 0 "^\\| dense \\| f16 \\| " "" ${eval_small} --ctx 2040 --max-tokens 8)
+# A sample is its length within 1%: cwe at 1990 has prompts of 1992 tokens,
+# so with a nominal 1990 + 58 = 2048 the answer budget of those samples gives
+# way by 2 tokens instead of the engine refusing the cell.
+sieve_eval_test(ctx_overshoot_at_the_edge 0 "^\\| dense \\| f16 \\| " "" -m ${eval_stories} --task cwe --ctx 1990 --samples 6 -t 1 -np 4 --max-tokens 58)
 sieve_eval_test(ctx_too_short 2 "" "task '[a-z_]+' cannot be made 64 tokens long: .*ask for at least" ${eval_small} --ctx 64)
 sieve_eval_test(bad_ctx 2 "" "--ctx: expected an integer" ${eval_small} --ctx 512,x)
 sieve_eval_test(bad_samples 2 "" "--samples: expected an integer in \\[1, " ${eval_small} --samples 0)

@@ -114,12 +114,18 @@ Result<int64_t> run_jobs(Engine &engine, std::vector<Job> &jobs, const std::func
     return peak;
 }
 
-GenRequest greedy_request(const CellSample &cs, int64_t max_tokens) {
+// ctx_limit: the model's context (0: none). A sample is its target length
+// within 1%, so at a length right below the model's context a prompt a few
+// tokens over its target leaves fewer positions than the answer budget: the
+// budget gives way by those few tokens (the budgets leave room to spare)
+// rather than the engine refusing the whole cell.
+GenRequest greedy_request(const CellSample &cs, int64_t max_tokens, int64_t ctx_limit) {
     GenRequest r;
     r.prompt = cs.prompt;
     r.sampling.temperature = 0;
     r.sampling.repeat_last_n = 0;
-    r.max_tokens = max_tokens;
+    const int64_t room = ctx_limit - static_cast<int64_t>(cs.prompt.size());
+    r.max_tokens = ctx_limit > 0 && room > 0 ? std::min(max_tokens, room) : max_tokens;
     if (!cs.tail.empty()) {  // ppl: the text's own continuation, EOS or not
         r.forced_tokens = cs.tail;
         r.max_tokens = static_cast<int64_t>(cs.tail.size());
@@ -161,7 +167,7 @@ Result<std::vector<CellSample>> make_cell(const EvalPlan &plan, const std::strin
 }
 
 EngineOptions cell_engine_options(const EvalPlan &plan, const std::vector<CellSample> &cell,
-                                  int64_t max_tokens) {
+                                  int64_t max_tokens, int64_t ctx_limit) {
     EngineOptions eo = plan.engine;
     // share_prefill: the rows of a cell run in one engine per KV type, and a
     // row's prompt KV comes from the prefix cache where an earlier row of the
@@ -174,6 +180,7 @@ EngineOptions cell_engine_options(const EvalPlan &plan, const std::vector<CellSa
     for (const CellSample &cs : cell)
         longest = std::max(longest, static_cast<int64_t>(cs.prompt.size() + cs.tail.size()));
     eo.max_ctx = longest + max_tokens + 1;
+    if (ctx_limit > 0) eo.max_ctx = std::min(eo.max_ctx, ctx_limit);  // greedy_request fits the answers in it
     // Every request of a run is queued at once (forced and free per sample).
     eo.max_waiting = std::max(eo.max_waiting, 2 * static_cast<int>(cell.size()) + 1);
     return eo;
@@ -311,6 +318,7 @@ struct CellContext {
     const EvalPlan &plan;
     const EvalHooks &hooks;
     int64_t max_tokens;
+    int64_t ctx_limit;  // the model's context; 0 = none (greedy_request)
     EvalProgress *progress;
     const WorkModel &work;
     int64_t ctx;
@@ -347,7 +355,7 @@ Status run_reference(const CellContext &c, CellSample *group, size_t n, const st
     const int64_t n_vocab = c.model.config().n_vocab;
     for (size_t i = 0; i < n; ++i) {
         CellSample *cs = &group[i];
-        jobs[i].req = greedy_request(*cs, c.max_tokens);
+        jobs[i].req = greedy_request(*cs, c.max_tokens, c.ctx_limit);
         jobs[i].req.kv_policy = KvPolicyPtr();  // dense
         cs->ref_logp.reserve(static_cast<size_t>(jobs[i].req.max_tokens * n_vocab));
         jobs[i].req.on_logits = [cs](const float *logits, int64_t nv) {
@@ -400,7 +408,7 @@ Status run_policy(const CellContext &c, const CellSample *group, size_t n, int r
         const CellSample &cs = group[i];
         Job &f = forced[i];
         f.ref = &cs;
-        f.req = greedy_request(cs, c.max_tokens);
+        f.req = greedy_request(cs, c.max_tokens, c.ctx_limit);
         f.req.kv_policy = policy;
         f.req.forced_tokens = cs.ref_tokens;
         f.req.max_tokens = static_cast<int64_t>(cs.ref_tokens.size());
@@ -428,7 +436,7 @@ Status run_policy(const CellContext &c, const CellSample *group, size_t n, int r
         if (same_path) continue;
         free_of[i] = free_jobs.size();
         free_jobs.emplace_back();
-        free_jobs.back().req = greedy_request(group[i], c.max_tokens);
+        free_jobs.back().req = greedy_request(group[i], c.max_tokens, c.ctx_limit);
         free_jobs.back().req.kv_policy = policy;
     }
     // Counted as done for the progress bar either way.
@@ -471,8 +479,10 @@ Status run_cell(const Model &model, const Tokenizer &tok, const std::vector<KvPo
                 const std::string &task, int64_t ctx, const WorkModel &work, EvalProgress *progress,
                 EvalResult *result) {
     const int64_t max_tokens = plan.max_tokens > 0 ? plan.max_tokens : eval_task_max_tokens(task);
-    CellEngines engines(model, tok, plan, cell_engine_options(plan, cell, max_tokens));
-    const CellContext c{model, policies, plan, hooks, max_tokens, progress, work, ctx, *result, &engines};
+    const int64_t ctx_limit = std::max<int64_t>(0, model.config().n_ctx_train);
+    CellEngines engines(model, tok, plan, cell_engine_options(plan, cell, max_tokens, ctx_limit));
+    const CellContext c{model,    policies, plan, hooks,   max_tokens, ctx_limit,
+                        progress, work,     ctx,  *result, &engines};
     const size_t n_rows = result->rows.size();
     std::vector<std::vector<EvalSampleResult>> by_row(n_rows);
     std::vector<RowRun> runs(n_rows);
