@@ -27,12 +27,39 @@ MemInfo parse_meminfo(const std::string &text) {
     return m;
 }
 
-MemInfo read_meminfo() {
-    std::ifstream f("/proc/meminfo");
-    if (!f) return MemInfo{};
+namespace {
+
+std::string read_text(const char *path) {
+    std::ifstream f(path);
+    if (!f) return {};
     std::ostringstream s;
     s << f.rdbuf();
-    return parse_meminfo(s.str());
+    return s.str();
+}
+
+// The memory limit of this process's container (cgroup v2 memory.max, or
+// v1 memory.limit_in_bytes, as mounted at /sys/fs/cgroup); -1 when there
+// is none ("max", or v1's "no limit" of nearly 2^63).
+int64_t cgroup_limit() {
+    for (const char *path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+        const std::string t = read_text(path);
+        long long v = 0;
+        if (!t.empty() && std::sscanf(t.c_str(), "%lld", &v) == 1 && v > 0 && v < (int64_t{1} << 60))
+            return v;
+    }
+    return -1;
+}
+
+}  // namespace
+
+MemInfo read_meminfo() {
+    const std::string text = read_text("/proc/meminfo");
+    if (text.empty()) return MemInfo{};
+    MemInfo m = parse_meminfo(text);
+    // /proc/meminfo is the host's inside a container: a pool larger than the
+    // container's limit cannot be held either.
+    if (const int64_t lim = cgroup_limit(); lim > 0 && m.available > lim) m.available = lim;
+    return m;
 }
 
 std::string format_bytes(int64_t bytes) {
