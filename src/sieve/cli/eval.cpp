@@ -290,9 +290,8 @@ Status check_lengths(const EvalPlan &plan, const ModelConfig &cfg) {
             if (ctx + mt > train)
                 return Status::errorf(
                     "--ctx %lld: a %s prompt of %lld tokens and its %lld answer tokens need %lld positions, "
-                    "beyond the "
-                    "model's training context (%lld tokens); give %s lengths up to %lld, or fewer "
-                    "--max-tokens",
+                    "beyond the model's training context (%lld tokens); give %s lengths up to %lld, or "
+                    "fewer --max-tokens",
                     static_cast<long long>(ctx), task.c_str(), static_cast<long long>(ctx), mt, ctx + mt,
                     train, task.c_str(), train - mt);
         }

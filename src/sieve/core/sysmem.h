@@ -1,10 +1,11 @@
 // How much memory this machine can give the KV pool: the kernel's own
 // estimate of what can be allocated without swapping (MemAvailable in
 // /proc/meminfo, no more than the container's cgroup limit where there is
-// one) and the free reserved huge pages (which MemAvailable does not count). The pool backs its pages lazily,
-// so a budget above this is a promise the kernel cannot keep: the OOM killer would end the process once the
-// pool fills. Pools refuse such a budget; sizes computed by default are capped below it instead
-// (cap_kv_default).
+// one) and the free reserved huge pages (which MemAvailable does not
+// count). The pool backs its pages lazily, so a budget above this is a
+// promise the kernel cannot keep: the OOM killer would end the process once
+// the pool fills. Pools refuse such a budget; sizes computed by default are
+// capped below it instead (cap_kv_default).
 #pragma once
 
 #include <cstdint>
