@@ -1,9 +1,11 @@
 #include "sieve/server/http_server.h"
 
-#include <atomic>
-#include <cstring>
-#include <cerrno>
 #include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -67,6 +69,7 @@ struct HttpServer::Impl {
     std::thread listener;
     std::atomic<bool> ready{false};
     std::atomic<bool> stopping{false};
+    std::atomic<bool> listener_done{false};  // set by the listener thread as it returns
     std::atomic<int> n_active{0};
     ServingModel model;  // written once before `ready` is set (release), read after (acquire)
     int bound_port = 0;
@@ -328,6 +331,7 @@ void HttpServer::start() {
     Impl *impl = impl_.get();
     impl->listener = std::thread([impl] {
         if (!impl->svr.listen_after_bind()) SIEVE_LOG_WARN("HTTP listener stopped with an error");
+        impl->listener_done.store(true);
     });
 }
 
@@ -343,8 +347,26 @@ int HttpServer::n_active() const { return impl_->n_active.load(); }
 void HttpServer::stop() {
     if (!impl_) return;
     impl_->stopping.store(true);
-    impl_->svr.stop();
-    if (impl_->listener.joinable()) impl_->listener.join();
+    // The library's stop() does nothing until its listen loop has marked
+    // itself running, and that loop then accepts forever: a server stopped
+    // right after start() (the model failed to load, the KV pool was
+    // refused) would hang in the join below. So stop once the loop runs, or
+    // see it return on its own. stop() may be called only once per run (it
+    // asserts the socket is still open).
+    if (impl_->listener.joinable()) {
+        bool stopped = false;
+        while (!impl_->listener_done.load()) {
+            if (!stopped && impl_->svr.is_running()) {
+                impl_->svr.stop();
+                stopped = true;
+            } else {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        }
+        impl_->listener.join();
+    } else {
+        impl_->svr.stop();
+    }
     impl_->svr.close_connections();
 }
 
