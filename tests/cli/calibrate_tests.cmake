@@ -15,6 +15,8 @@ sieve_calibrate_test(help 0 "usage: sieve calibrate" "" --help)
 sieve_calibrate_test(bad_task 2 "" "--task: 'ppl' is not a retrieval task" ${cal_small} --task ppl)
 sieve_calibrate_test(bad_recent 2 "" "--recent: expected" ${cal_small} --recent 0)
 sieve_calibrate_test(too_long 2 "" "--ctx 100000 exceeds the model's training context" -m ${cal_stories} --ctx 100000)
+# At exactly the model's context the answer would run past it: refused, naming the longest --ctx that fits.
+sieve_calibrate_test(answer_past_context 1 "" "--ctx 2048 makes a sample of [0-9]+ tokens with its answer .*past the model's context of 2048 tokens; try --ctx 20[0-9][0-9] or less" -m ${cal_stories} --ctx 2048 --samples 2 --sink 16 --recent 64 -t 1)
 sieve_calibrate_test(missing_model 1 "" "cannot open" -m no-such-model.gguf)
 
 # The profile drives lserve in `sieve run` (and a profile of another shape is refused).

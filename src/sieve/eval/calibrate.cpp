@@ -209,8 +209,12 @@ Status check_options(const CalibrateOptions &opt) {
 // The samples: prompt + answer token ids and the prompt's length.
 using CalSample = std::pair<std::vector<int32_t>, int64_t>;
 
+// A sample whose prompt + answer runs past the model's training context
+// (n_ctx_train > 0) is refused, naming the longest --ctx that fits: the
+// positions past it are ones the model never saw, and a profile scored
+// there says little about the heads.
 Result<std::vector<CalSample>> calibration_samples(const Tokenizer &tok, const ChatTemplate *tmpl,
-                                                   const CalibrateOptions &opt) {
+                                                   const CalibrateOptions &opt, int64_t n_ctx_train) {
     std::vector<CalSample> samples;
     for (int64_t ctx : opt.ctx) {
         for (int64_t i = 0; i < opt.n_samples; ++i) {
@@ -229,6 +233,15 @@ Result<std::vector<CalSample>> calibration_samples(const Tokenizer &tok, const C
             std::vector<int32_t> tokens = s->prompt_ids;
             const std::vector<int32_t> ans = tok.encode(answer, /*add_bos=*/false, /*parse_special=*/false);
             tokens.insert(tokens.end(), ans.begin(), ans.end());
+            const auto n_total = static_cast<int64_t>(tokens.size());
+            if (n_ctx_train > 0 && n_total > n_ctx_train)
+                return Status::errorf(
+                    "--ctx %lld makes a sample of %lld tokens with its answer (%zu "
+                    "prompt + %zu answer), past the model's context of %lld tokens; try --ctx "
+                    "%lld or less",
+                    static_cast<long long>(ctx), static_cast<long long>(n_total), s->prompt_ids.size(),
+                    ans.size(), static_cast<long long>(n_ctx_train),
+                    static_cast<long long>(ctx - (n_total - n_ctx_train)));
             samples.emplace_back(std::move(tokens), static_cast<int64_t>(s->prompt_ids.size()));
         }
     }
@@ -250,7 +263,7 @@ Result<double> calibrate_restricted_kl(const Model &model, const Tokenizer &tok,
     if (static_cast<int64_t>(streaming.size()) != n_heads)
         return Status::errorf("calibrate: a streaming mask of %zu heads; the model has %lld KV heads",
                               streaming.size(), static_cast<long long>(n_heads));
-    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt);
+    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt, model.config().n_ctx_train);
     if (!sr.ok()) return sr.status();
     // One scored head with the rest of the set fixed is the set restricted.
     int64_t h = n_heads - 1;
@@ -278,7 +291,7 @@ Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, co
                               calibrate_method_name(opt.method));
     const ModelConfig &c = model.config();
     const int64_t n_heads = c.n_layer * c.n_head_kv;
-    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt);
+    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt, model.config().n_ctx_train);
     if (!sr.ok()) return sr.status();
     const std::vector<CalSample> &samples = *sr;
     // Round r scores the heads not chosen yet with the chosen ones streaming
