@@ -51,7 +51,7 @@ def main():
     models = sorted(data)
     has_ppl = any("ppl" in data[m] for m in models)
     n_rows = 2 if has_ppl else 1
-    fig, axes = plt.subplots(n_rows, len(models), figsize=(5.5 * len(models), 4.2 * n_rows), squeeze=False)
+    fig, axes = plt.subplots(n_rows, len(models), figsize=(8 * len(models), 4.2 * n_rows), squeeze=False)
     for j, model in enumerate(models):
         ax = axes[0][j]
         for i, task in enumerate(sorted(t for t in data[model] if t != "ppl")):
@@ -76,7 +76,7 @@ def main():
         ax.set_ylabel("dense accuracy %")
         ax.set_title(model, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside, not over the lines
         if has_ppl:
             ax = axes[1][j]
             cells = data[model].get("ppl", {})
