@@ -291,7 +291,7 @@ Result<HeadProfile> calibrate_heads(const Model &model, const Tokenizer &tok, co
                               calibrate_method_name(opt.method));
     const ModelConfig &c = model.config();
     const int64_t n_heads = c.n_layer * c.n_head_kv;
-    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt, model.config().n_ctx_train);
+    Result<std::vector<CalSample>> sr = calibration_samples(tok, tmpl, opt, c.n_ctx_train);
     if (!sr.ok()) return sr.status();
     const std::vector<CalSample> &samples = *sr;
     // Round r scores the heads not chosen yet with the chosen ones streaming

@@ -352,7 +352,8 @@ void HttpServer::stop() {
     // right after start() (the model failed to load, the KV pool was
     // refused) would hang in the join below. So stop once the loop runs, or
     // see it return on its own. stop() may be called only once per run (it
-    // asserts the socket is still open).
+    // asserts the socket is still open). Never started, or already joined:
+    // there is no loop to stop.
     if (impl_->listener.joinable()) {
         bool stopped = false;
         while (!impl_->listener_done.load()) {
@@ -364,8 +365,6 @@ void HttpServer::stop() {
             }
         }
         impl_->listener.join();
-    } else {
-        impl_->svr.stop();
     }
     impl_->svr.close_connections();
 }
