@@ -12,6 +12,7 @@
 # (default: two dense IN+OUT sequences), VOCAB (random prompt ids below it: 49152), THREADS (2), SIEVE (./build/sieve),
 # LLAMA_SERVER (a llama-server binary: also measured, with the same KV bytes
 # as -np 2 slots of IN+OUT tokens, at the concurrencies in LLAMA_CONC, default "8").
+# SERVE_ARGS: extra `sieve serve` arguments (e.g. --max-batch-tokens 256).
 # LLAMA_ARGS: extra llama-server arguments (e.g. --no-repack where its AMX path
 # fails).
 set -euo pipefail
@@ -70,7 +71,7 @@ run_points() {  # $1 label, $2 concurrencies
 for p in $policies; do
     label=$(echo "$p" | tr ':=,/' '____')
     "$sieve" serve -m "$model" --port $port -np 16 -c $((in_len + out_len + 16)) -t "$threads" \
-        --kv-memory "$KV_MEMORY" --kv-page-size 16KiB --kv-policy "$p" > "$out/server_$label.log" 2>&1 &
+        --kv-memory "$KV_MEMORY" --kv-page-size 16KiB --kv-policy "$p" ${SERVE_ARGS:-} > "$out/server_$label.log" 2>&1 &
     srv=$!
     wait_up "$port"
     run_points "sieve_$label" "$conc"
