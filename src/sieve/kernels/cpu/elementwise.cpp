@@ -89,14 +89,24 @@ void silu_mul(float *gate, const float *up, int64_t n) {
         _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_maskz_loadu_ps(m, up + i)));
     }
 #elif defined(__AVX2__)
+    // The tail goes through the same vector arithmetic from a padded copy, so
+    // an element's bits do not depend on where a caller splits the range.
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (; i + 8 <= n; i += 8) {
-        const __m256 g = _mm256_loadu_ps(gate + i);
+    const auto body = [&](const float *gp, const float *up_p, float *out) {
+        const __m256 g = _mm256_loadu_ps(gp);
         const __m256 e = simd::exp_neg(_mm256_or_ps(g, sign));  // -|g|
         const __m256 one = _mm256_set1_ps(1.0f);
         const __m256 num = _mm256_blendv_ps(one, e, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ));
         const __m256 sig = _mm256_div_ps(num, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
+        _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up_p)));
+    };
+    for (; i + 8 <= n; i += 8) body(gate + i, up + i, gate + i);
+    if (i < n) {
+        float g8[8] = {}, u8[8] = {}, o8[8];
+        for (int64_t j = i; j < n; ++j) g8[j - i] = gate[j], u8[j - i] = up[j];
+        body(g8, u8, o8);
+        for (int64_t j = i; j < n; ++j) gate[j] = o8[j - i];
+        i = n;
     }
 #endif
     for (; i < n; ++i) {
