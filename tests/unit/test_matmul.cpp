@@ -186,6 +186,50 @@ TEST(Matmul, RepeatedCallsWithShrinkingAndGrowingShapes) {
     }
 }
 
+TEST(MatmulQ8, QuantizedActivationsMatchTheScalarDefinitionByteForByte) {
+    // quantize_act's SIMD bodies (AVX-512, AVX2) against the definition in
+    // matmul_q8.h, written out here: e = amax / 127, q = nearbyint(x / e)
+    // (ties to even), sums of q per block and per half block. Odd lengths,
+    // a zero block, and blocks whose x / e land exactly on halves.
+    std::mt19937 rng(29);
+    for (int64_t n_cols : {32, 64, 96, 608, 1536}) {
+        const cpu::q8::RowShape s = cpu::q8::row_shape(n_cols);
+        auto x = random_values(rng, static_cast<size_t>(n_cols));
+        for (int64_t c = 0; c < 32; ++c)
+            x[static_cast<size_t>(c)] = c == 3 ? 127.0f : static_cast<float>(c % 9) - 3.5f;
+        if (n_cols >= 96)
+            for (int64_t c = 32; c < 64; ++c) x[static_cast<size_t>(c)] = 0.0f;
+        std::vector<uint8_t> got(static_cast<size_t>(s.act_stride_bytes), 0xAB);
+        cpu::q8::quantize_act(x.data(), s, got.data());
+        for (int64_t b = 0; b < s.n_pad; ++b) {
+            float e = 0.0f;
+            int32_t sum[2] = {0, 0};
+            int8_t q[32] = {};
+            if (b < s.n_blocks) {
+                float amax = 0.0f;
+                for (int j = 0; j < 32; ++j)
+                    amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 32 + j)]));
+                e = amax / 127.0f;
+                const float inv = e > 0.0f ? 1.0f / e : 0.0f;
+                for (int j = 0; j < 32; ++j) {
+                    q[j] = static_cast<int8_t>(std::nearbyint(x[static_cast<size_t>(b * 32 + j)] * inv));
+                    sum[j / 16] += q[j];
+                }
+            }
+            EXPECT_EQ(0, std::memcmp(got.data() + b * 32, q, 32)) << "n_cols " << n_cols << " block " << b;
+            float scale, aux, half[2];
+            const uint8_t *f = got.data() + s.n_pad * 32;
+            std::memcpy(&scale, f + 4 * b, 4);
+            std::memcpy(&aux, f + 4 * (s.n_pad + b), 4);
+            std::memcpy(half, f + 4 * (2 * s.n_pad + 2 * b), 8);
+            EXPECT_EQ(scale, e) << "n_cols " << n_cols << " block " << b;
+            EXPECT_EQ(aux, e * static_cast<float>(sum[0] + sum[1])) << "n_cols " << n_cols << " block " << b;
+            EXPECT_EQ(half[0], e * static_cast<float>(sum[0])) << "n_cols " << n_cols << " block " << b;
+            EXPECT_EQ(half[1], e * static_cast<float>(sum[1])) << "n_cols " << n_cols << " block " << b;
+        }
+    }
+}
+
 TEST(MatmulQ8, PortableDotAgreesWithDispatchedDot) {
     // On an AVX-512 VNNI machine dot() and dot_raw() run the VNNI bodies; the
     // portable body (what other CPUs run) is checked against them here.

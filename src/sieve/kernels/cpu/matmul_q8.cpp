@@ -12,6 +12,11 @@
 #include "sieve/core/status.h"
 #include "sieve/quant/blocks.h"
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SIEVE_Q8_AVX2 1
+#else
+#define SIEVE_Q8_AVX2 0
+#endif
 
 namespace sieve::cpu::q8 {
 
@@ -37,23 +42,47 @@ inline void split_nibbles(const uint8_t *qs, uint8_t *u) {
     }
 #endif
 }
-// Q5: bit j of the little-endian qh word is the fifth bit of element j.
-inline void add_fifth_bits(const uint8_t *qh_bytes, uint8_t *u) {
-    uint32_t qh;
-    std::memcpy(&qh, qh_bytes, 4);
 #if defined(__AVX2__)
-    // Byte j gets byte j / 8 of qh, then tests bit j % 8.
+// Q5: byte j = 0x10 where bit j of qh is set (byte j gets byte j / 8 of qh,
+// then tests bit j % 8).
+inline __m256i fifth_bits_avx2(uint32_t qh) {
     const __m256i rep = _mm256_shuffle_epi8(
         _mm256_set1_epi32(static_cast<int>(qh)),
         _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
     const __m256i bits = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bits), bits);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+#endif
+
+// Q5: bit j of the little-endian qh word is the fifth bit of element j.
+inline void add_fifth_bits(const uint8_t *qh_bytes, uint8_t *u) {
+    uint32_t qh;
+    std::memcpy(&qh, qh_bytes, 4);
+#if defined(__AVX2__)
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(u));
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(u), _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(u), _mm256_or_si256(v, fifth_bits_avx2(qh)));
 #else
     for (int j = 0; j < 32; ++j) u[j] |= static_cast<uint8_t>(((qh >> j) & 1u) << 4);
 #endif
 }
+
+// Byte layout of the 32-element block types (quant/blocks.h): block size,
+// offsets of the Q5 fifth-bit word and of the quants, and the offset c of
+// matmul_q8.h as a multiple of d where the block stores no min.
+template <GgmlType T>
+struct BlockLayout {
+    static constexpr bool k_q5 = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+    static constexpr bool k_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;  // c = m stored
+    static constexpr int64_t k_size = T == GgmlType::Q4_0   ? 18
+                                      : T == GgmlType::Q4_1 ? 20
+                                      : T == GgmlType::Q5_0 ? 22
+                                      : T == GgmlType::Q5_1 ? 24
+                                                            : 34;
+    static constexpr int64_t k_qh = k_min ? 4 : 2;          // Q5: offset of the 32-bit fifth-bit word
+    static constexpr int64_t k_qs = k_qh + (k_q5 ? 4 : 0);  // offset of the quants
+    static constexpr float k_offset = T == GgmlType::Q4_0 ? -8.0f : T == GgmlType::Q5_0 ? -16.0f : -128.0f;
+};
 
 }  // namespace
 
@@ -99,6 +128,43 @@ void quantize_act(const float *x, const RowShape &s, uint8_t *dst) {
         _mm_storeu_si128(reinterpret_cast<__m128i *>(p.bytes + b * k_block), _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(p.bytes + b * k_block + 16), _mm512_cvtepi32_epi8(q1));
         const int32_t h0 = _mm512_reduce_add_epi32(q0), h1 = _mm512_reduce_add_epi32(q1);
+        p.scale[b] = e;
+        p.aux[b] = e * static_cast<float>(h0 + h1);
+        p.half[2 * b] = e * static_cast<float>(h0);
+        p.half[2 * b + 1] = e * static_cast<float>(h1);
+    }
+#elif defined(__AVX2__)
+    // The same bytes as the scalar loop below (max and the int sums are
+    // exact; _MM_FROUND_TO_NEAREST_INT is nearbyint's default mode).
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const auto hsum_i32 = [](__m256i v) {
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        return _mm_cvtsi128_si32(s4);
+    };
+    for (; b < s.n_blocks; ++b) {
+        const float *xb = x + b * k_block;
+        __m256 v[4];
+        for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float e = _mm_cvtss_f32(m4) / 127.0f;
+        const float inv = e > 0.0f ? 1.0f / e : 0.0f;
+        const __m256 vinv = _mm256_set1_ps(inv);
+        __m256i q[4];
+        for (int i = 0; i < 4; ++i)
+            q[i] = _mm256_cvtps_epi32(
+                _mm256_round_ps(_mm256_mul_ps(v[i], vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        // packs interleave the 128-bit lanes; the permute restores element order.
+        const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(p.bytes + b * k_block),
+                            _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        const int32_t h0 = hsum_i32(_mm256_add_epi32(q[0], q[1])),
+                      h1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
         p.scale[b] = e;
         p.aux[b] = e * static_cast<float>(h0 + h1);
         p.half[2 * b] = e * static_cast<float>(h0);
@@ -320,16 +386,10 @@ struct UnpackedSrc {
 // block start (d, and m for Q4_1 / Q5_1), the quants are expanded in registers.
 template <GgmlType T>
 struct RawSrc {
-    static constexpr bool k_q5 = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
-    static constexpr bool k_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;  // c = m stored
-    static constexpr int64_t k_size = T == GgmlType::Q4_0   ? 18
-                                      : T == GgmlType::Q4_1 ? 20
-                                      : T == GgmlType::Q5_0 ? 22
-                                      : T == GgmlType::Q5_1 ? 24
-                                                            : 34;
-    static constexpr int64_t k_qh = k_min ? 4 : 2;           // Q5: offset of the 32-bit fifth-bit word
-    static constexpr int64_t k_qs = k_qh + (k_q5 ? 4 : 0);  // offset of the quants
-    static constexpr float k_offset = T == GgmlType::Q4_0 ? -8.0f : T == GgmlType::Q5_0 ? -16.0f : -128.0f;
+    using L = BlockLayout<T>;
+    static constexpr bool k_q5 = L::k_q5, k_min = L::k_min;
+    static constexpr int64_t k_size = L::k_size, k_qh = L::k_qh, k_qs = L::k_qs;
+    static constexpr float k_offset = L::k_offset;
     const uint8_t *row;
     int64_t n_blocks;
 
@@ -585,49 +645,254 @@ void dot_q6_dispatch(const Src &src, const uint8_t *const *acts, int n_act, cons
 }
 #endif
 
-// Portable body (AVX2 widening multiply-add, or plain C++): per block an
-// exact int32 dot, then the same scale/correction formula.
+// Plain C++ body: per block an exact int32 dot, then the scale/correction
+// formula of matmul_q8.h.
 inline int32_t block_dot(const uint8_t *u, const int8_t *q) {
-#if defined(__AVX2__)
-    const __m128i u0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u));
-    const __m128i u1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u + 16));
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
-    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + 16));
-    const __m256i p0 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(u0), _mm256_cvtepi8_epi16(q0));
-    const __m256i p1 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(u1), _mm256_cvtepi8_epi16(q1));
-    __m256i sv = _mm256_add_epi32(p0, p1);
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sv), _mm256_extracti128_si256(sv, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-    return _mm_cvtsi128_si32(s4);
-#else
     int32_t sum = 0;
     for (int j = 0; j < k_block; ++j) sum += static_cast<int32_t>(u[j]) * q[j];
     return sum;
-#endif
 }
 
 // Q6_K sub-block of 16: exact int32 dot.
 inline int32_t half_dot(const uint8_t *u, const int8_t *q) {
-#if defined(__AVX2__)
-    const __m256i p = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(u))),
-                                        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q))));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-    return _mm_cvtsi128_si32(s4);
-#else
     int32_t sum = 0;
     for (int j = 0; j < 16; ++j) sum += static_cast<int32_t>(u[j]) * q[j];
     return sum;
-#endif
 }
+
+#if SIEVE_Q8_AVX2
+// AVX2 body (no VNNI): a block's 32 byte products in 8 int32 lanes, with
+// the block scale applied in f32 lanes, so no horizontal sum until the end.
+// vpmaddubsw adds byte products in pairs into int16: exact while
+// 2 * 127 * u_max fits, i.e. u <= 63 (Q4_*, Q5_*, Q4_K, Q5_K, Q6_K). Q8_0's
+// u = q8 + 128 reaches 255, so it multiplies the signed q8 = u ^ 0x80 by q
+// (|q8| <= 128: 2 * 128 * 127 < 2^15): that sum is sum u q - 128 sum q, and
+// the dropped 128 d e sum q is exactly what its correction c = -128 d would
+// add back, so Q8_0 skips the correction. Blocks alternate between two
+// accumulators per token (two FMA chains); each token's arithmetic is the
+// same whatever n_act is, so a token's result never depends on its batch.
+template <bool Signed>
+inline __m256i block_sums_avx2(__m256i u, __m256i q) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if constexpr (Signed) {
+        const __m256i w = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w)), ones);
+    } else {
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), ones);
+    }
+}
+
+inline float hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Lanes 0 .. n-1 of 8 (all for n >= 8), as a maskload mask.
+inline __m256i lane_mask_avx2(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, 8))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// sum_i a[i] * b[i] over n floats, 8 lanes at a time (masked tail).
+inline __m256 lane_dot_avx2(const float *a, const float *b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lane_mask_avx2(n - i);
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc);
+    }
+    return acc;
+}
+
+// Src supplies the weights: block(b) = the 32 bytes u of block b in element
+// order (zero for the pad block of an odd count), scale(b) = d_b, and
+// aux8(b, m) = c_b .. c_{b+7} in the lanes m selects (zero past the last
+// real block). UnpackedSrc reads a q8 row, RawSrc the GGUF blocks; both give
+// the same values, so the same bits.
+template <int NT, bool Signed, class Src>
+void dot_avx2(const Src &w, const uint8_t *const *acts, const RowShape &s, float *out) {
+    ConstRowParts a[NT];
+    __m256 acc0[NT], acc1[NT];
+    for (int t = 0; t < NT; ++t) {
+        a[t] = parts(acts[t], s);
+        acc0[t] = acc1[t] = _mm256_setzero_ps();
+    }
+    // n_pad is even and pad blocks are zero on both sides. Pairs of real
+    // blocks first (no pad checks), then the pair holding the pad block.
+    const int64_t n_full = s.n_blocks / 2 * 2;
+    for (int64_t b = 0; b < s.n_pad; b += 2) {
+        const bool full = b < n_full;
+        const __m256i u0 = full ? w.block_real(b) : w.block(b),
+                      u1 = full ? w.block_real(b + 1) : w.block(b + 1);
+        const float d0 = full ? w.scale_real(b) : w.scale(b),
+                    d1 = full ? w.scale_real(b + 1) : w.scale(b + 1);
+        for (int t = 0; t < NT; ++t) {
+            const __m256i q0 =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a[t].bytes + b * k_block));
+            const __m256i q1 =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a[t].bytes + (b + 1) * k_block));
+            acc0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums_avx2<Signed>(u0, q0)),
+                                      _mm256_set1_ps(d0 * a[t].scale[b]), acc0[t]);
+            acc1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums_avx2<Signed>(u1, q1)),
+                                      _mm256_set1_ps(d1 * a[t].scale[b + 1]), acc1[t]);
+        }
+    }
+    __m256 corr[NT];
+    for (int t = 0; t < NT; ++t) corr[t] = _mm256_setzero_ps();
+    if constexpr (!Signed) {
+        for (int64_t b = 0; b < s.n_pad; b += 8) {
+            const __m256i m = lane_mask_avx2(s.n_pad - b);
+            const __m256 c = w.aux8(b, m);
+            for (int t = 0; t < NT; ++t)
+                corr[t] = _mm256_fmadd_ps(c, _mm256_maskload_ps(a[t].aux + b, m), corr[t]);
+        }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc0[t], acc1[t]), corr[t]));
+}
+
+struct UnpackedSrcAvx2 {
+    ConstRowParts w;
+    __m256i block(int64_t b) const {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.bytes + b * k_block));
+    }
+    __m256i block_real(int64_t b) const { return block(b); }
+    float scale(int64_t b) const { return w.scale[b]; }
+    float scale_real(int64_t b) const { return w.scale[b]; }
+    __m256 aux8(int64_t b, __m256i m) const { return _mm256_maskload_ps(w.aux + b, m); }
+};
+
+inline float f16c_load(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+// The 32-element block types straight from their GGUF blocks (layouts in
+// quant/blocks.h), expanded to what unpack_weight would store.
+template <GgmlType T>
+struct RawSrcAvx2 {
+    using L = BlockLayout<T>;
+    static constexpr bool k_q5 = L::k_q5, k_min = L::k_min;
+    static constexpr int64_t k_size = L::k_size, k_qh = L::k_qh, k_qs = L::k_qs;
+    static constexpr float k_offset = L::k_offset;
+    const uint8_t *row;
+    int64_t n_blocks;
+
+    __m256i block(int64_t b) const { return b < n_blocks ? block_real(b) : _mm256_setzero_si256(); }
+    __m256i block_real(int64_t b) const {
+        const uint8_t *p = row + b * k_size;
+        if constexpr (T == GgmlType::Q8_0) {
+            return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + k_qs)),
+                                    _mm256_set1_epi8(static_cast<char>(0x80)));
+        } else {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + k_qs));
+            const __m128i nib = _mm_set1_epi8(0x0f);
+            __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), nib), _mm_and_si128(q, nib));
+            if constexpr (k_q5) {
+                uint32_t qh;
+                std::memcpy(&qh, p + k_qh, 4);
+                v = _mm256_or_si256(v, fifth_bits_avx2(qh));
+            }
+            return v;
+        }
+    }
+    float scale(int64_t b) const { return b < n_blocks ? scale_real(b) : 0.0f; }
+    float scale_real(int64_t b) const { return f16c_load(row + b * k_size); }
+    __m256 aux8(int64_t b, __m256i m) const {
+        alignas(32) uint16_t h[8] = {};
+        const int64_t n = std::min<int64_t>(8, n_blocks - b);
+        for (int64_t i = 0; i < n; ++i) std::memcpy(&h[i], row + (b + i) * k_size + (k_min ? 2 : 0), 2);
+        __m256 c = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(h)));
+        if constexpr (!k_min) c = _mm256_mul_ps(c, _mm256_set1_ps(k_offset));
+        // +0 past the last real block, like the unpacked row's pad (m only
+        // cuts lanes past n_pad, a subset).
+        (void)m;
+        return _mm256_and_ps(c, _mm256_castsi256_ps(lane_mask_avx2(n)));
+    }
+};
+
+// Q6_K: a 32-byte block is two sub-blocks of 16; after the pair sums, int32
+// lanes 0-3 belong to the first, 4-7 to the second, scaled by their own dsc.
+template <int NT>
+void dot_q6_avx2(const ConstRowParts &w, const uint8_t *const *acts, const RowShape &s, float *out) {
+    ConstRowParts a[NT];
+    __m256 acc0[NT], acc1[NT];
+    for (int t = 0; t < NT; ++t) {
+        a[t] = parts(acts[t], s);
+        acc0[t] = acc1[t] = _mm256_setzero_ps();
+    }
+    const auto dsc = [&](int64_t b) {
+        return _mm256_set_m128(_mm_set1_ps(w.scale[2 * b + 1]), _mm_set1_ps(w.scale[2 * b]));
+    };
+    // Q6_K rows are whole super-blocks: n_blocks is a multiple of 8.
+    for (int64_t b = 0; b < s.n_blocks; b += 2) {
+        const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.bytes + b * k_block));
+        const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.bytes + (b + 1) * k_block));
+        const __m256 d0 = dsc(b), d1 = dsc(b + 1);
+        for (int t = 0; t < NT; ++t) {
+            const __m256i q0 =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a[t].bytes + b * k_block));
+            const __m256i q1 =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a[t].bytes + (b + 1) * k_block));
+            acc0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums_avx2<false>(u0, q0)),
+                                      _mm256_mul_ps(d0, _mm256_set1_ps(a[t].scale[b])), acc0[t]);
+            acc1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums_avx2<false>(u1, q1)),
+                                      _mm256_mul_ps(d1, _mm256_set1_ps(a[t].scale[b + 1])), acc1[t]);
+        }
+    }
+    for (int t = 0; t < NT; ++t) {
+        const __m256 corr = lane_dot_avx2(w.scale, a[t].half, 2 * s.n_blocks);
+        out[t] = hsum_avx2(_mm256_add_ps(acc0[t], acc1[t])) - 32.0f * hsum_avx2(corr);
+    }
+}
+
+template <int NT>
+void dot_avx2_type(GgmlType type, const ConstRowParts &w, const uint8_t *const *acts, const RowShape &s,
+                   float *out) {
+    if (type == GgmlType::Q6_K) return dot_q6_avx2<NT>(w, acts, s, out);
+    if (type == GgmlType::Q8_0) return dot_avx2<NT, true>(UnpackedSrcAvx2{w}, acts, s, out);
+    dot_avx2<NT, false>(UnpackedSrcAvx2{w}, acts, s, out);
+}
+
+template <GgmlType T>
+void dot_raw_avx2(const uint8_t *row, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
+    const RawSrcAvx2<T> src{row, s.n_blocks};
+    constexpr bool k_signed = T == GgmlType::Q8_0;
+    switch (n_act) {
+        case 1:
+            return dot_avx2<1, k_signed>(src, acts, s, out);
+        case 2:
+            return dot_avx2<2, k_signed>(src, acts, s, out);
+        case 3:
+            return dot_avx2<3, k_signed>(src, acts, s, out);
+        case 4:
+            return dot_avx2<4, k_signed>(src, acts, s, out);
+        default:
+            SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
+    }
+}
+#endif
 
 }  // namespace
 
 void dot_portable(GgmlType type, const uint8_t *wrow, const uint8_t *const *acts, int n_act, const RowShape &s,
                   float *out) {
     const ConstRowParts w = parts(wrow, s);
+#if SIEVE_Q8_AVX2
+    switch (n_act) {
+        case 1:
+            return dot_avx2_type<1>(type, w, acts, s, out);
+        case 2:
+            return dot_avx2_type<2>(type, w, acts, s, out);
+        case 3:
+            return dot_avx2_type<3>(type, w, acts, s, out);
+        case 4:
+            return dot_avx2_type<4>(type, w, acts, s, out);
+        default:
+            SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
+    }
+#else
     for (int t = 0; t < n_act; ++t) {
         const ConstRowParts a = parts(acts[t], s);
         float acc = 0.0f, corr = 0.0f;
@@ -648,6 +913,7 @@ void dot_portable(GgmlType type, const uint8_t *wrow, const uint8_t *const *acts
         }
         out[t] = acc + corr;
     }
+#endif
 }
 
 void dot(GgmlType type, const uint8_t *w, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
@@ -689,6 +955,17 @@ bool unpack_weight_simd(GgmlType type, const void *src, const RowShape &s, uint8
 bool has_dot_raw(GgmlType t) {
 #if SIEVE_Q8_VNNI
     return supports(t);
+#elif SIEVE_Q8_AVX2
+    switch (t) {
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q8_0:
+            return true;
+        default:
+            return false;
+    }
 #else
     (void)t;
     return false;
@@ -709,6 +986,22 @@ void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act
         case GgmlType::Q5_K: return dot_dispatch(KRawSrc<GgmlType::Q5_K>{row, n}, acts, n_act, s, out);
         case GgmlType::Q6_K: return dot_q6_dispatch(Q6RawSrc{row}, acts, n_act, s, out);
         default: break;
+    }
+#elif SIEVE_Q8_AVX2
+    const uint8_t *row = static_cast<const uint8_t *>(w);
+    switch (type) {
+        case GgmlType::Q4_0:
+            return dot_raw_avx2<GgmlType::Q4_0>(row, acts, n_act, s, out);
+        case GgmlType::Q4_1:
+            return dot_raw_avx2<GgmlType::Q4_1>(row, acts, n_act, s, out);
+        case GgmlType::Q5_0:
+            return dot_raw_avx2<GgmlType::Q5_0>(row, acts, n_act, s, out);
+        case GgmlType::Q5_1:
+            return dot_raw_avx2<GgmlType::Q5_1>(row, acts, n_act, s, out);
+        case GgmlType::Q8_0:
+            return dot_raw_avx2<GgmlType::Q8_0>(row, acts, n_act, s, out);
+        default:
+            break;
     }
 #else
     (void)w;
