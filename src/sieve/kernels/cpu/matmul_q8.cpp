@@ -812,24 +812,68 @@ struct RawSrcAvx2 {
     }
 };
 
+// Q4_K / Q5_K straight from their super-blocks (quant/blocks.h): block b is
+// sub-block b % 8 of super-block b / 8, with d_b = d sc_j and c_b = -dmin mn_j
+// as unpack_k_quant computes them. Rows are whole super-blocks (no pad).
+template <GgmlType T>
+struct KRawSrcAvx2 {
+    static constexpr bool k_q5 = T == GgmlType::Q5_K;
+    static constexpr int64_t k_size = k_q5 ? 176 : 144;
+    static constexpr int64_t k_qs = k_q5 ? 48 : 16;
+    const uint8_t *row;
+
+    __m256i block(int64_t b) const {
+        const uint8_t *blk = row + b / 8 * k_size;
+        const int j = static_cast<int>(b % 8);
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + k_qs + 32 * (j / 2)));
+        __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 4 * (j % 2)), _mm256_set1_epi8(0x0f));
+        if constexpr (k_q5) {
+            const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 16));
+            v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit),
+                                                    _mm256_set1_epi8(0x10)));
+        }
+        return v;
+    }
+    __m256i block_real(int64_t b) const { return block(b); }
+    float scale(int64_t b) const {
+        const uint8_t *blk = row + b / 8 * k_size;
+        uint8_t sc, mn;
+        k_quant_scale_min(static_cast<int>(b % 8), blk + 4, &sc, &mn);
+        return f16c_load(blk) * static_cast<float>(sc);
+    }
+    float scale_real(int64_t b) const { return scale(b); }
+    __m256 aux8(int64_t b, __m256i m) const {
+        // b is a multiple of 8: one super-block's eight mins.
+        const uint8_t *blk = row + b / 8 * k_size;
+        const float dmin = f16c_load(blk + 2);
+        alignas(32) float c[8];
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc, mn;
+            k_quant_scale_min(j, blk + 4, &sc, &mn);
+            c[j] = -(dmin * static_cast<float>(mn));
+        }
+        return _mm256_maskload_ps(c, m);
+    }
+};
+
 // Q6_K: a 32-byte block is two sub-blocks of 16; after the pair sums, int32
 // lanes 0-3 belong to the first, 4-7 to the second, scaled by their own dsc.
-template <int NT>
-void dot_q6_avx2(const ConstRowParts &w, const uint8_t *const *acts, const RowShape &s, float *out) {
+// Src: block(b) = u of block b in element order, dsc2(b) = those two scales
+// (lanes 0-3, 4-7), dsc8(j, m) = the scales of sub-blocks j .. j + 7 in the
+// lanes m selects.
+template <int NT, class Src>
+void dot_q6_avx2(const Src &w, const uint8_t *const *acts, const RowShape &s, float *out) {
     ConstRowParts a[NT];
     __m256 acc0[NT], acc1[NT];
     for (int t = 0; t < NT; ++t) {
         a[t] = parts(acts[t], s);
         acc0[t] = acc1[t] = _mm256_setzero_ps();
     }
-    const auto dsc = [&](int64_t b) {
-        return _mm256_set_m128(_mm_set1_ps(w.scale[2 * b + 1]), _mm_set1_ps(w.scale[2 * b]));
-    };
     // Q6_K rows are whole super-blocks: n_blocks is a multiple of 8.
     for (int64_t b = 0; b < s.n_blocks; b += 2) {
-        const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.bytes + b * k_block));
-        const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.bytes + (b + 1) * k_block));
-        const __m256 d0 = dsc(b), d1 = dsc(b + 1);
+        const __m256i u0 = w.block(b), u1 = w.block(b + 1);
+        const __m256 d0 = w.dsc2(b), d1 = w.dsc2(b + 1);
         for (int t = 0; t < NT; ++t) {
             const __m256i q0 =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a[t].bytes + b * k_block));
@@ -841,33 +885,99 @@ void dot_q6_avx2(const ConstRowParts &w, const uint8_t *const *acts, const RowSh
                                       _mm256_mul_ps(d1, _mm256_set1_ps(a[t].scale[b + 1])), acc1[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) {
-        const __m256 corr = lane_dot_avx2(w.scale, a[t].half, 2 * s.n_blocks);
-        out[t] = hsum_avx2(_mm256_add_ps(acc0[t], acc1[t])) - 32.0f * hsum_avx2(corr);
+    __m256 corr[NT];
+    for (int t = 0; t < NT; ++t) corr[t] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < 2 * s.n_blocks; j += 8) {
+        const __m256i m = lane_mask_avx2(2 * s.n_blocks - j);
+        const __m256 d = w.dsc8(j, m);
+        for (int t = 0; t < NT; ++t)
+            corr[t] = _mm256_fmadd_ps(d, _mm256_maskload_ps(a[t].half + j, m), corr[t]);
     }
+    for (int t = 0; t < NT; ++t)
+        out[t] = hsum_avx2(_mm256_add_ps(acc0[t], acc1[t])) - 32.0f * hsum_avx2(corr[t]);
 }
+
+struct Q6UnpackedSrcAvx2 {
+    ConstRowParts w;  // w.scale holds dsc for the 2 n_blocks sub-blocks (matmul_q8.h)
+    __m256i block(int64_t b) const {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w.bytes + b * k_block));
+    }
+    __m256 dsc2(int64_t b) const {
+        return _mm256_set_m128(_mm_set1_ps(w.scale[2 * b + 1]), _mm_set1_ps(w.scale[2 * b]));
+    }
+    __m256 dsc8(int64_t j, __m256i m) const { return _mm256_maskload_ps(w.scale + j, m); }
+};
+
+// Q6_K super-block (quant/blocks.h): ql[128], qh[64], int8 scales[16], f16 d.
+// Block k of 8 is quarter k % 4 of half k / 4: low nibbles from
+// ql[64 h + 32 (k % 2)] shifted by 4 ((k / 2) % 2), top bits from
+// qh[32 h] shifted by 2 (k % 4); as unpack_q6_k lays them out.
+struct Q6RawSrcAvx2 {
+    const uint8_t *row;
+    __m256i block(int64_t b) const {
+        const uint8_t *blk = row + b / 8 * 210;
+        const int k = static_cast<int>(b % 8), h = k / 4, sub = k % 4;
+        const __m256i lo = _mm256_and_si256(
+            _mm256_srli_epi16(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 64 * h + 32 * (sub % 2))),
+                4 * (sub / 2)),
+            _mm256_set1_epi8(0x0f));
+        const __m256i hi = _mm256_and_si256(
+            _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 128 + 32 * h)),
+                              2 * sub),
+            _mm256_set1_epi8(0x03));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    float dsc(int64_t j) const {
+        const uint8_t *blk = row + j / 16 * 210;
+        return f16c_load(blk + 208) * static_cast<float>(static_cast<int8_t>(blk[192 + j % 16]));
+    }
+    __m256 dsc2(int64_t b) const {
+        return _mm256_set_m128(_mm_set1_ps(dsc(2 * b + 1)), _mm_set1_ps(dsc(2 * b)));
+    }
+    __m256 dsc8(int64_t j, __m256i m) const {
+        alignas(32) float d[8];
+        for (int i = 0; i < 8; ++i) d[i] = dsc(j + i);  // j is a multiple of 8: one super-block
+        return _mm256_maskload_ps(d, m);
+    }
+};
 
 template <int NT>
 void dot_avx2_type(GgmlType type, const ConstRowParts &w, const uint8_t *const *acts, const RowShape &s,
                    float *out) {
-    if (type == GgmlType::Q6_K) return dot_q6_avx2<NT>(w, acts, s, out);
+    if (type == GgmlType::Q6_K) return dot_q6_avx2<NT>(Q6UnpackedSrcAvx2{w}, acts, s, out);
     if (type == GgmlType::Q8_0) return dot_avx2<NT, true>(UnpackedSrcAvx2{w}, acts, s, out);
     dot_avx2<NT, false>(UnpackedSrcAvx2{w}, acts, s, out);
 }
 
-template <GgmlType T>
-void dot_raw_avx2(const uint8_t *row, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
-    const RawSrcAvx2<T> src{row, s.n_blocks};
-    constexpr bool k_signed = T == GgmlType::Q8_0;
+template <bool Signed, class Src>
+void dot_raw_avx2(const Src &src, const uint8_t *const *acts, int n_act, const RowShape &s, float *out) {
     switch (n_act) {
         case 1:
-            return dot_avx2<1, k_signed>(src, acts, s, out);
+            return dot_avx2<1, Signed>(src, acts, s, out);
         case 2:
-            return dot_avx2<2, k_signed>(src, acts, s, out);
+            return dot_avx2<2, Signed>(src, acts, s, out);
         case 3:
-            return dot_avx2<3, k_signed>(src, acts, s, out);
+            return dot_avx2<3, Signed>(src, acts, s, out);
         case 4:
-            return dot_avx2<4, k_signed>(src, acts, s, out);
+            return dot_avx2<4, Signed>(src, acts, s, out);
+        default:
+            SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
+    }
+}
+
+void dot_q6_raw_avx2(const uint8_t *row, const uint8_t *const *acts, int n_act, const RowShape &s,
+                     float *out) {
+    const Q6RawSrcAvx2 src{row};
+    switch (n_act) {
+        case 1:
+            return dot_q6_avx2<1>(src, acts, s, out);
+        case 2:
+            return dot_q6_avx2<2>(src, acts, s, out);
+        case 3:
+            return dot_q6_avx2<3>(src, acts, s, out);
+        case 4:
+            return dot_q6_avx2<4>(src, acts, s, out);
         default:
             SIEVE_CHECKF(false, "n_act = %d, expected 1..4", n_act);
     }
@@ -956,16 +1066,7 @@ bool has_dot_raw(GgmlType t) {
 #if SIEVE_Q8_VNNI
     return supports(t);
 #elif SIEVE_Q8_AVX2
-    switch (t) {
-        case GgmlType::Q4_0:
-        case GgmlType::Q4_1:
-        case GgmlType::Q5_0:
-        case GgmlType::Q5_1:
-        case GgmlType::Q8_0:
-            return true;
-        default:
-            return false;
-    }
+    return supports(t);
 #else
     (void)t;
     return false;
@@ -989,17 +1090,24 @@ void dot_raw(GgmlType type, const void *w, const uint8_t *const *acts, int n_act
     }
 #elif SIEVE_Q8_AVX2
     const uint8_t *row = static_cast<const uint8_t *>(w);
+    const int64_t n = s.n_blocks;
     switch (type) {
         case GgmlType::Q4_0:
-            return dot_raw_avx2<GgmlType::Q4_0>(row, acts, n_act, s, out);
+            return dot_raw_avx2<false>(RawSrcAvx2<GgmlType::Q4_0>{row, n}, acts, n_act, s, out);
         case GgmlType::Q4_1:
-            return dot_raw_avx2<GgmlType::Q4_1>(row, acts, n_act, s, out);
+            return dot_raw_avx2<false>(RawSrcAvx2<GgmlType::Q4_1>{row, n}, acts, n_act, s, out);
         case GgmlType::Q5_0:
-            return dot_raw_avx2<GgmlType::Q5_0>(row, acts, n_act, s, out);
+            return dot_raw_avx2<false>(RawSrcAvx2<GgmlType::Q5_0>{row, n}, acts, n_act, s, out);
         case GgmlType::Q5_1:
-            return dot_raw_avx2<GgmlType::Q5_1>(row, acts, n_act, s, out);
+            return dot_raw_avx2<false>(RawSrcAvx2<GgmlType::Q5_1>{row, n}, acts, n_act, s, out);
         case GgmlType::Q8_0:
-            return dot_raw_avx2<GgmlType::Q8_0>(row, acts, n_act, s, out);
+            return dot_raw_avx2<true>(RawSrcAvx2<GgmlType::Q8_0>{row, n}, acts, n_act, s, out);
+        case GgmlType::Q4_K:
+            return dot_raw_avx2<false>(KRawSrcAvx2<GgmlType::Q4_K>{row}, acts, n_act, s, out);
+        case GgmlType::Q5_K:
+            return dot_raw_avx2<false>(KRawSrcAvx2<GgmlType::Q5_K>{row}, acts, n_act, s, out);
+        case GgmlType::Q6_K:
+            return dot_q6_raw_avx2(row, acts, n_act, s, out);
         default:
             break;
     }
