@@ -290,10 +290,42 @@ inline void qk_rows4_d64(const float *q, int64_t group, const typename R::T *k_r
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// AVX2: the nb V rows widened once, then per head the D8 accumulator
+// vectors stay in registers across the rows: acc = fma(p_j, v_j, acc), the
+// same operations as the generic loop's scale_axpy (y = fma(a, x, 1 * y)),
+// without its loads and stores of the accumulators per row.
+template <class R, int D8>
+inline void pv_avx2(const float *s, int64_t group, const typename R::T *v_rows, int64_t nb, float *part0,
+                    int64_t hstride) {
+    constexpr int64_t d = 8 * D8;
+    alignas(32) float buf[k_blk * d];
+    const float *vr[k_blk];
+    for (int64_t j = 0; j < nb; ++j) vr[j] = R::row(v_rows + j * R::stride(d), d, buf + j * d);
+    for (int64_t g = 0; g < group; ++g) {
+        float *acc0 = part0 + g * hstride;
+        const float *sg = s + g * k_blk;
+        __m256 acc[D8];
+        for (int i = 0; i < D8; ++i) acc[i] = _mm256_loadu_ps(acc0 + 8 * i);
+        for (int64_t j = 0; j < nb; ++j) {
+            const __m256 p = _mm256_set1_ps(sg[j]);
+            for (int i = 0; i < D8; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr[j] + 8 * i), acc[i]);
+        }
+        for (int i = 0; i < D8; ++i) _mm256_storeu_ps(acc0 + 8 * i, acc[i]);
+    }
+}
+#endif
+
 // Step 3 of block(): every head's acc += its block probabilities times V.
 template <class R>
 inline void pv(const float *s, int64_t group, const typename R::T *v_rows, int64_t nb, int64_t d, float *part0,
                int64_t hstride) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    if (nb <= k_blk) {
+        if (d == 64) return pv_avx2<R, 8>(s, group, v_rows, nb, part0, hstride);
+        if (d == 32) return pv_avx2<R, 4>(s, group, v_rows, nb, part0, hstride);
+    }
+#endif
 #if defined(__AVX512F__)
     // f32 V rows are 64-byte aligned when d is a multiple of 16 (lanes and
     // blocks start on pages); the register path needs that for f32 (the
