@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "sieve/core/aligned.h"
 #include "sieve/kernels/cpu/kv_rows.h"
@@ -301,7 +302,20 @@ inline void pv_avx2(const float *s, int64_t group, const typename R::T *v_rows, 
     constexpr int64_t d = 8 * D8;
     alignas(32) float buf[k_blk * d];
     const float *vr[k_blk];
-    for (int64_t j = 0; j < nb; ++j) vr[j] = R::row(v_rows + j * R::stride(d), d, buf + j * d);
+    // pv() calls with nb <= k_blk.
+    for (int64_t j = 0; j < nb; ++j) {
+        if constexpr (std::is_same_v<R, RowF16>) {
+            // d is a multiple of 8: whole vectors (no scalar tail to analyse).
+            const uint16_t *h = v_rows + j * d;
+            for (int i = 0; i < D8; ++i)
+                _mm256_store_ps(
+                    buf + j * d + 8 * i,
+                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + 8 * i))));
+            vr[j] = buf + j * d;
+        } else {
+            vr[j] = R::row(v_rows + j * R::stride(d), d, buf + j * d);
+        }
+    }
     for (int64_t g = 0; g < group; ++g) {
         float *acc0 = part0 + g * hstride;
         const float *sg = s + g * k_blk;

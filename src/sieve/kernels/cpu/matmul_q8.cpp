@@ -645,6 +645,7 @@ void dot_q6_dispatch(const Src &src, const uint8_t *const *acts, int n_act, cons
 }
 #endif
 
+#if !SIEVE_Q8_AVX2
 // Plain C++ body: per block an exact int32 dot, then the scale/correction
 // formula of matmul_q8.h.
 inline int32_t block_dot(const uint8_t *u, const int8_t *q) {
@@ -659,6 +660,7 @@ inline int32_t half_dot(const uint8_t *u, const int8_t *q) {
     for (int j = 0; j < 16; ++j) sum += static_cast<int32_t>(u[j]) * q[j];
     return sum;
 }
+#endif
 
 #if SIEVE_Q8_AVX2
 // AVX2 body (no VNNI): a block's 32 byte products in 8 int32 lanes, with
@@ -693,16 +695,6 @@ inline float hsum_avx2(__m256 v) {
 inline __m256i lane_mask_avx2(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, 8))),
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// sum_i a[i] * b[i] over n floats, 8 lanes at a time (masked tail).
-inline __m256 lane_dot_avx2(const float *a, const float *b, int64_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-        const __m256i m = lane_mask_avx2(n - i);
-        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc);
-    }
-    return acc;
 }
 
 // Src supplies the weights: block(b) = the 32 bytes u of block b in element
@@ -966,8 +958,8 @@ void dot_raw_avx2(const Src &src, const uint8_t *const *acts, int n_act, const R
     }
 }
 
-void dot_q6_raw_avx2(const uint8_t *row, const uint8_t *const *acts, int n_act, const RowShape &s,
-                     float *out) {
+[[maybe_unused]] void dot_q6_raw_avx2(const uint8_t *row, const uint8_t *const *acts, int n_act,
+                                      const RowShape &s, float *out) {
     const Q6RawSrcAvx2 src{row};
     switch (n_act) {
         case 1:
