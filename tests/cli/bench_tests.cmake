@@ -87,7 +87,7 @@ sieve_bench_test(kv_memory 0 "tg4 @ d40" "" ${bench_small} -d 40 --kv-memory 8Mi
 sieve_bench_test(kv_memory_small 1 "" "KV pool exhausted: all 16 pages of 4 KiB .*raise --kv-memory" ${bench_small} -d 300 --kv-memory 64KiB --kv-page-size 4KiB)
 sieve_bench_test(kv_memory_past_ram 1 "" "is more than this machine has available .*ask for at most" ${bench_small} --kv-memory 100TiB)
 sieve_bench_test(bad_kv_memory 2 "" "--kv-memory: " ${bench_small} --kv-memory lots)
-sieve_bench_test(bad_kv_page 1 "" "KV page size 3072 bytes: expected a power of two" ${bench_small} --kv-page-size 3KiB)
+sieve_bench_test(bad_kv_page 1 "" "KV page size 3072 bytes: expected a multiple of 4 KiB" ${bench_small} --kv-page-size 3KiB)
 
 # KV row types (llama.cpp's -ctk / -ctv): f32 is the oracle mode, bf16 too;
 # K and V in different types, or an unknown type, are refused with a reason.

@@ -96,18 +96,7 @@ protected:
 
     // Submits all requests at once and returns each one's events.
     std::vector<std::vector<GenEvent>> run_all(Engine &e, const std::vector<GenRequest> &reqs) {
-        Collector c;
-        std::vector<uint64_t> ids;
-        for (const GenRequest &r : reqs) {
-            auto id = e.submit(r, c.callback());
-            EXPECT_TRUE(id.ok()) << id.status().message();
-            if (!id.ok()) return {};
-            ids.push_back(*id);
-        }
-        EXPECT_TRUE(c.wait(static_cast<int>(reqs.size()))) << "requests did not finish";
-        std::vector<std::vector<GenEvent>> out;
-        for (uint64_t id : ids) out.push_back(c.events(id));
-        return out;
+        return run_requests(e, reqs);
     }
 
     ThreadPool pool_{1};

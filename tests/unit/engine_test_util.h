@@ -2,6 +2,8 @@
 // for finished requests (with a timeout instead of a hang) and token lists.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -67,6 +69,34 @@ inline GenRequest greedy_request(std::vector<int32_t> prompt, int64_t max_tokens
     r.max_tokens = max_tokens;
     r.ignore_eos = true;
     return r;
+}
+
+// Every logprob a request's events carry (each token's, then its top
+// alternatives'), in order: for bit-for-bit comparisons.
+inline std::vector<float> event_logprobs(const std::vector<GenEvent> &evs) {
+    std::vector<float> v;
+    for (const GenEvent &ev : evs) {
+        for (const TokenLogprob &t : ev.logprobs) v.push_back(t.logprob);
+        for (const auto &top : ev.top_logprobs)
+            for (const TokenLogprob &t : top) v.push_back(t.logprob);
+    }
+    return v;
+}
+
+// Submits all requests at once and returns each one's events.
+inline std::vector<std::vector<GenEvent>> run_requests(Engine &e, const std::vector<GenRequest> &reqs) {
+    Collector c;
+    std::vector<uint64_t> ids;
+    for (const GenRequest &r : reqs) {
+        auto id = e.submit(r, c.callback());
+        EXPECT_TRUE(id.ok()) << id.status().message();
+        if (!id.ok()) return {};
+        ids.push_back(*id);
+    }
+    EXPECT_TRUE(c.wait(static_cast<int>(reqs.size()))) << "requests did not finish";
+    std::vector<std::vector<GenEvent>> out;
+    for (uint64_t id : ids) out.push_back(c.events(id));
+    return out;
 }
 
 }  // namespace sieve

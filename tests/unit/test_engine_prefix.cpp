@@ -140,19 +140,10 @@ TEST_F(PrefixCacheTest, APromptTokenAloneInItsChunkGivesTheBitsOfALongChunk) {
     ASSERT_EQ(hit[0].back().n_cached_tokens, 192) << "the hit leaves the last prompt token alone";
     const auto ref = run_all(*plain, {with_logprobs(p193)});
     const auto chunked = run_all(*cut_e, {with_logprobs(p193)});
-    const auto flat = [](const std::vector<GenEvent> &evs) {
-        std::vector<float> v;
-        for (const GenEvent &ev : evs) {
-            for (const TokenLogprob &t : ev.logprobs) v.push_back(t.logprob);
-            for (const auto &top : ev.top_logprobs)
-                for (const TokenLogprob &t : top) v.push_back(t.logprob);
-        }
-        return v;
-    };
-    const std::vector<float> want = flat(ref[0]);
+    const std::vector<float> want = event_logprobs(ref[0]);
     ASSERT_GE(want.size(), 12u * 6u);
     for (const auto *got : {&hit, &chunked}) {
-        const std::vector<float> g = flat((*got)[0]);
+        const std::vector<float> g = event_logprobs((*got)[0]);
         ASSERT_EQ(g.size(), want.size());
         EXPECT_EQ(0, std::memcmp(g.data(), want.data(), g.size() * sizeof(float)))
             << (got == &hit ? "after a hit of 192 of 193 tokens" : "with a one-token last chunk");

@@ -1,8 +1,9 @@
 // Quantized KV rows (q8_0 / q4_0, kernels/cpu/row_type.h): the row
 // conversions against the GGUF reference (de)quantizers, a model whose KV is
 // quantized against the same model with f32 KV, the stores moving 68- and
-// 36-byte rows (which straddle pages) through compaction exactly, and clear
-// errors where a head size cannot be quantized.
+// 36-byte rows (which straddle pages) through compaction exactly, pages
+// sized to hold whole quantized rows so the prefix cache works on them, and
+// clear errors where a head size cannot be quantized.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_test_util.h"
 #include "gguf_test_util.h"
 #include "kernels_test_util.h"
 #include "sieve/core/thread_pool.h"
@@ -21,6 +23,7 @@
 #include "sieve/kv/vattention_kv.h"
 #include "sieve/model/model.h"
 #include "sieve/quant/dequant.h"
+#include "sieve/tokenizer/tokenizer.h"
 
 namespace sieve {
 namespace {
@@ -102,6 +105,8 @@ protected:
         tm.n_ff = 96;
         tm.n_vocab = k_vocab;
         tm.n_ctx = 512;
+        // A vocabulary the engine's tokenizer loads (tokens t0..t40).
+        tm.extra_kvs = [](GgufWriter *w) { w->add_string("tokenizer.ggml.model", "llama"); };
         path_ = ::testing::TempDir() + "/sieve_kv_quant.gguf";
         ASSERT_TRUE(gguf_test::make_tiny_model(tm, 403).write(path_).ok());
         auto f = GgufFile::open(path_);
@@ -235,6 +240,96 @@ TEST_F(KvQuantModel, BothStoresGiveTheSameBitsThroughCompaction) {
         ASSERT_EQ(logits[0].size(), logits[1].size());
         EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)))
             << cpu::row_type_name(t);
+    }
+}
+
+TEST(KvQuant, DefaultPagesHoldWholeRows) {
+    KvShape s;
+    s.n_seq = 1;
+    s.n_layer = 2;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    const int64_t k64 = VAttentionKv::k_default_page_bytes;
+    struct Case {
+        cpu::RowType type;
+        int64_t head_dim, page;
+    };
+    // f16 / f32 rows divide 64 KiB; q8_0 rows of 64 are 68 bytes (lcm with
+    // 4 KiB: 68 KiB), q4_0 36 (lcm 36 KiB, so 72 KiB); odd f16 heads too.
+    for (const Case c : {Case{cpu::RowType::f16, 64, k64}, Case{cpu::RowType::f32, 64, k64},
+                         Case{cpu::RowType::q8_0, 64, 68 << 10}, Case{cpu::RowType::q4_0, 64, 72 << 10},
+                         Case{cpu::RowType::q8_0, 128, 68 << 10}, Case{cpu::RowType::q4_0, 128, 72 << 10},
+                         Case{cpu::RowType::f16, 80, 80 << 10}, Case{cpu::RowType::f16, 96, 72 << 10}}) {
+        s.type = c.type;
+        s.head_dim = c.head_dim;
+        const int64_t pb = VAttentionKv::page_bytes_for(s, 0);
+        EXPECT_EQ(pb, c.page) << cpu::row_type_name(c.type) << " x " << c.head_dim;
+        EXPECT_EQ(pb % s.row_bytes(), 0);
+        EXPECT_EQ(pb % 4096, 0);
+        EXPECT_EQ("", VAttentionKv::prefix_block_check(s, pb, 16)) << cpu::row_type_name(c.type);
+        EXPECT_EQ(VAttentionKv::page_bytes_for(s, 4096), 4096) << "a page size given by hand is kept";
+    }
+    // A non-power-of-two page is a valid pool page.
+    PagePoolOptions po;
+    po.page_bytes = 68 << 10;
+    po.budget_bytes = int64_t{1} << 20;
+    auto p = PagePool::create(po);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ((*p)->n_pages(), (int64_t{1} << 20) / (68 << 10));
+}
+
+// Prefix caching with quantized lanes (their pages hold whole rows): a hit
+// gives the logprobs of computing the whole prompt, bit for bit, whether the
+// hit ends inside a page (copy on write) or leaves one token to compute.
+TEST_F(KvQuantModel, PrefixCacheHitsGiveTheBitsOfAFullPrefill) {
+    auto tok = Tokenizer::from_gguf(*file_);
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0}) {
+        SCOPED_TRACE(cpu::row_type_name(t));
+        EngineOptions o;
+        o.n_threads = 2;
+        o.max_seqs = 3;
+        o.max_ctx = 400;
+        o.max_batch_tokens = 48;  // prompts are chunked, hits and misses alike
+        o.kv_type = t;
+        EngineOptions off = o;
+        off.prefix_cache = false;
+        auto e = Engine::create(*model_, **tok, o), plain = Engine::create(*model_, **tok, off);
+        ASSERT_TRUE(e.ok()) << e.status().message();
+        ASSERT_TRUE(plain.ok()) << plain.status().message();
+        std::mt19937 rng(409);
+        std::vector<int32_t> shared(203);
+        for (int32_t &x : shared) x = static_cast<int32_t>(3 + rng() % (k_vocab - 3));
+        const auto request = [](std::vector<int32_t> prompt) {
+            GenRequest r = greedy_request(std::move(prompt), 12);
+            r.n_logprobs = 5;
+            return r;
+        };
+        std::vector<GenRequest> reqs{request(shared)};
+        for (int64_t tail : {1, 37, 90}) {
+            std::vector<int32_t> p = shared;
+            for (int64_t i = 0; i < tail; ++i) p.push_back(static_cast<int32_t>(3 + rng() % (k_vocab - 3)));
+            reqs.push_back(request(p));
+        }
+        reqs.push_back(request(std::vector<int32_t>(shared.begin(), shared.begin() + 193)));  // 12 blocks + 1
+        EXPECT_EQ(run_requests(**e, {reqs[0]})[0].back().n_cached_tokens, 0);
+        for (size_t i = 1; i < reqs.size(); ++i) {
+            const auto hit = run_requests(**e, {reqs[i]});
+            const auto ref = run_requests(**plain, {reqs[i]});
+            ASSERT_FALSE(hit.empty() || ref.empty());
+            EXPECT_EQ(hit[0].back().n_cached_tokens, 192) << "request " << i << ": 12 whole 16-token blocks";
+            EXPECT_EQ(event_tokens(hit[0]), event_tokens(ref[0])) << "request " << i;
+            const std::vector<float> a = event_logprobs(hit[0]), b = event_logprobs(ref[0]);
+            ASSERT_EQ(a.size(), b.size());
+            ASSERT_GE(a.size(), 12u * 6u);
+            EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "request " << i;
+        }
+        (*e)->shutdown(true);
+        const EngineStats st = (*e)->stats();
+        EXPECT_TRUE(st.prefix_cache);
+        EXPECT_EQ(st.kv_page_bytes, t == cpu::RowType::q8_0 ? 68 << 10 : 72 << 10);
+        EXPECT_EQ(st.kv_pages_used, 0);
+        (*plain)->shutdown(true);
     }
 }
 

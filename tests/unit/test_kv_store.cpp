@@ -41,7 +41,9 @@ TEST(KvParseBytes, UnitsAndErrors) {
 }
 
 TEST(KvPagePool, RejectsBadSizes) {
-    for (int64_t pb : {int64_t{1024}, int64_t{12288}, int64_t{4} << 20}) {
+    // Too small, not a multiple of 4 KiB, too large (multiples of 4 KiB such
+    // as 68 KiB are pages: test_kv_quant).
+    for (int64_t pb : {int64_t{1024}, int64_t{12290}, int64_t{4} << 20}) {
         PagePoolOptions o;
         o.page_bytes = pb;
         o.budget_bytes = 1 << 20;

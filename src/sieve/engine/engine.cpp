@@ -116,6 +116,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     if (opt.kv_memory_bytes < 0)
         return Status::errorf("engine: kv_memory_bytes must be >= 0, got %lld",
                               static_cast<long long>(opt.kv_memory_bytes));
+    if (opt.kv_page_bytes < 0)
+        return Status::errorf(
+            "engine: kv_page_bytes (--kv-page-size) must be >= 0 (0: chosen for the KV rows), got %lld",
+            static_cast<long long>(opt.kv_page_bytes));
 
     std::unique_ptr<Engine> e(new Engine());
     e->impl_ = std::make_unique<Impl>(model, tok, opt);
@@ -132,6 +136,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
     }
 
     const KvShape shape = model.kv_shape(o.max_seqs, o.kv_type);
+    o.kv_page_bytes = VAttentionKv::page_bytes_for(shape, o.kv_page_bytes);
     if (o.kv_memory_bytes == 0) {
         o.kv_memory_bytes =
             o.max_seqs * VAttentionKv::seq_pages_for_rows(shape, o.kv_page_bytes, o.max_ctx) * o.kv_page_bytes;

@@ -52,7 +52,9 @@ struct EngineOptions {
     int64_t max_ctx = 4096;         // tokens per sequence (prompt + generated)
     int64_t max_batch_tokens = 512; // tokens per forward step
     int64_t kv_memory_bytes = 0;    // KV pool budget (--kv-memory); 0 = enough for max_seqs * max_ctx
-    int64_t kv_page_bytes = 64 * 1024;
+    // KV page (--kv-page-size); 0 = VAttentionKv::page_bytes_for's choice:
+    // 64 KiB, or the nearest size above that holds whole quantized rows.
+    int64_t kv_page_bytes = 0;
     cpu::RowType kv_type = cpu::RowType::f16;  // K/V row type (--cache-type-k/-v); f32 = the oracle
     KvPolicyPtr kv_policy;                     // null = dense (keep every row)
     int64_t swap_bytes = int64_t{4} << 30;     // host memory for preempted sequences' KV (--swap-space); 0 = recompute only

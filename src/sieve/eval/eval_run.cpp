@@ -231,8 +231,8 @@ class WorkModel {
     WorkModel(const Model &model, const EvalPlan &plan) : plan_(plan) {
         for (cpu::RowType t : {plan.ref_kv_type, plan.engine.kv_type}) {
             const KvShape shape = model.kv_shape(plan.engine.max_seqs, t);
-            if (VAttentionKv::prefix_block_check(shape, plan.engine.kv_page_bytes, plan.engine.prefix_block)
-                    .empty())
+            const int64_t page = VAttentionKv::page_bytes_for(shape, plan.engine.kv_page_bytes);
+            if (VAttentionKv::prefix_block_check(shape, page, plan.engine.prefix_block).empty())
                 cacheable_.push_back(t);
         }
     }
@@ -275,9 +275,11 @@ class CellEngines {
         eo.kv_type = kv_type;
         eo.kv_policy = nullptr;  // every request names its own
         const KvShape shape = model_.kv_shape(eo.max_seqs, kv_type);
-        // Rows that do not divide a page (q8_0, q4_0) cannot be cached: the
-        // runs of that type compute their prompts (cached_tokens 0), quietly
-        // rather than with the engine's warning per group.
+        eo.kv_page_bytes = VAttentionKv::page_bytes_for(shape, eo.kv_page_bytes);
+        // Rows that do not divide a page (a page size given by hand that
+        // does not fit them) cannot be cached: the runs of that type compute
+        // their prompts (cached_tokens 0), quietly rather than with the
+        // engine's warning per group.
         if (eo.prefix_cache &&
             !VAttentionKv::prefix_block_check(shape, eo.kv_page_bytes, eo.prefix_block).empty())
             eo.prefix_cache = false;

@@ -93,10 +93,11 @@ Status parse_bytes(const std::string &text, int64_t *out) {
 Result<std::unique_ptr<PagePool>> PagePool::create(const PagePoolOptions &opt) {
     const int64_t sys_page = sysconf(_SC_PAGESIZE);
     const int64_t pb = opt.page_bytes;
-    if (pb < 4096 || pb > (int64_t{2} << 20) || (pb & (pb - 1)) != 0 || pb % sys_page != 0) {
-        return Status::errorf("KV page size %lld bytes: expected a power of two from 4 KiB to 2 MiB and a multiple of "
-                              "the system page size (%lld)",
-                              static_cast<long long>(pb), static_cast<long long>(sys_page));
+    if (pb < 4096 || pb > (int64_t{2} << 20) || pb % 4096 != 0 || pb % sys_page != 0) {
+        return Status::errorf(
+            "KV page size %lld bytes: expected a multiple of 4 KiB and of the system page size "
+            "(%lld) from 4 KiB to 2 MiB",
+            static_cast<long long>(pb), static_cast<long long>(sys_page));
     }
     const int64_t n_pages = opt.budget_bytes / pb;
     if (n_pages < 1 || n_pages > INT32_MAX) {

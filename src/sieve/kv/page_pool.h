@@ -35,7 +35,7 @@ Status parse_bytes(const std::string &text, int64_t *out);
 
 struct PagePoolOptions {
     int64_t budget_bytes = int64_t{512} << 20;  // rounded down to whole pages
-    int64_t page_bytes = int64_t{64} << 10;     // power of two, 4 KiB .. 2 MiB
+    int64_t page_bytes = int64_t{64} << 10;     // a multiple of 4 KiB, 4 KiB .. 2 MiB (huge pages at 2 MiB)
     // 2 MiB pages only: ask for hugetlbfs pages; falls back to normal pages
     // (with a log line) when the system has none reserved.
     bool try_huge_pages = true;

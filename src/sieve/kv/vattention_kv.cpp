@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <numeric>
 #include <utility>
 
 #include "sieve/core/timer.h"
@@ -738,6 +739,15 @@ std::string VAttentionKv::prefix_block_check(const KvShape &shape, int64_t page_
         return strfmt("blocks of %lld rows neither divide nor are a multiple of the %lld rows of a page",
                       static_cast<long long>(block_rows), static_cast<long long>(rpp));
     return std::string();
+}
+
+int64_t VAttentionKv::page_bytes_for(const KvShape &shape, int64_t requested) {
+    if (requested > 0) return requested;
+    const int64_t rb = shape.row_bytes(), unit = 4096;
+    if (rb < 1) return k_default_page_bytes;
+    const int64_t lcm = rb / std::gcd(rb, unit) * unit;
+    if (lcm > (int64_t{2} << 20)) return k_default_page_bytes;
+    return (k_default_page_bytes + lcm - 1) / lcm * lcm;
 }
 
 bool VAttentionKv::slot_dense(int seq) const {

@@ -62,8 +62,9 @@ struct VAttentionKvOptions {
     int64_t headroom_pages = 1;   // extra pages mapped ahead of a growing lane
     bool with_positions = false;  // keep an int32 position per row (moved by compact)
     // Rows per prefix-cache block; 0 = no prefix cache. Needs a row size that
-    // divides the page size and a block that divides, or is a multiple of,
-    // the rows of a page (prefix_block_check()).
+    // divides the page size (page_bytes_for() picks such a page) and a block
+    // that divides, or is a multiple of, the rows of a page
+    // (prefix_block_check()).
     int64_t prefix_block_rows = 0;
 };
 
@@ -178,6 +179,15 @@ public:
     // Whether blocks of block_rows rows fit lanes of this row size and page
     // size (empty) or why not.
     static std::string prefix_block_check(const KvShape &shape, int64_t page_bytes, int64_t block_rows);
+    // The page size for lanes of `shape`: `requested` when it is > 0, else
+    // the default, k_default_page_bytes where a page holds whole rows, and
+    // otherwise the smallest multiple of lcm(row bytes, 4 KiB) at or above
+    // it (quantized rows: q8_0 / q4_0 with head_dim 64 are 68 / 36 bytes, so
+    // 68 / 72 KiB pages of 1,024 / 2,048 rows), so prefix-cache blocks never
+    // straddle pages. Rows whose lcm exceeds 2 MiB keep the default (their
+    // rows straddle pages; prefix caching is then off).
+    static constexpr int64_t k_default_page_bytes = int64_t{64} << 10;
+    static int64_t page_bytes_for(const KvShape &shape, int64_t requested);
     const PagePool &pool() const { return *pool_; }
     int64_t page_bytes() const { return pool_->page_bytes(); }
     int64_t row_bytes() const { return row_bytes_; }
