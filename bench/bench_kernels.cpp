@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "kernels_test_util.h"
-#include "sieve/core/fp16.h"
 #include "sieve/core/aligned.h"
+#include "sieve/core/fp16.h"
 #include "sieve/kernels/cpu/attention_score.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/matmul_q8.h"
 #include "sieve/kernels/cpu/ops.h"
 
@@ -249,17 +250,19 @@ void bm_attention_prefill_path(benchmark::State &state, bool amx, bool smol) {
 struct DecodeBatch {
     static constexpr int64_t d = 64;
     int64_t n_head, n_head_kv;
-    std::vector<std::vector<uint16_t>> k, v;  // [seq * n_head_kv + g]
+    cpu::RowType type;
+    std::vector<std::vector<uint8_t>> k, v;  // [seq * n_head_kv + g], rows of `type`
     std::vector<const void *> kp, vp;
     std::vector<float> q, o;
     std::vector<cpu::AttnArgs> args;
     int64_t rows = 0;  // in all lanes of one layer's K
-    DecodeBatch(int64_t n_seq, int64_t first, int64_t rest, int64_t heads = 9, int64_t kv_heads = 3)
-        : n_head(heads), n_head_kv(kv_heads) {
+    DecodeBatch(int64_t n_seq, int64_t first, int64_t rest, int64_t heads = 9, int64_t kv_heads = 3,
+                cpu::RowType t = cpu::RowType::f16)
+        : n_head(heads), n_head_kv(kv_heads), type(t) {
         std::mt19937 rng(4);
-        const auto f16 = [](const std::vector<float> &x) {
-            std::vector<uint16_t> h(x.size());
-            for (size_t i = 0; i < x.size(); ++i) h[i] = fp32_to_fp16(x[i]);
+        const auto f16 = [t](const std::vector<float> &x) {
+            std::vector<uint8_t> h(static_cast<size_t>(cpu::row_bytes(t, static_cast<int64_t>(x.size()))));
+            cpu::f32_to_rows(t, x.data(), h.data(), static_cast<int64_t>(x.size()));
             return h;
         };
         for (int64_t s = 0; s < n_seq; ++s) {
@@ -281,7 +284,7 @@ struct DecodeBatch {
             a.q = q.data() + s * n_head * d;
             a.k = kp.data() + s * n_head_kv;
             a.v = vp.data() + s * n_head_kv;
-            a.kv_type = cpu::RowType::f16;
+            a.kv_type = t;
             a.o = o.data() + s * n_head * d;
             a.n_q = 1;
             a.n_past = (s == 0 ? first : rest) - 1;
@@ -293,6 +296,21 @@ struct DecodeBatch {
         }
     }
 };
+
+// One sequence's decode attention over rows of each KV type (range 0: rows;
+// range 1: 1 = Qwen2.5-0.5B's heads, 0 = SmolLM2's); the rows fit the
+// last-level cache, so this is the per-key arithmetic of each row type.
+void bm_attention_decode_kv_type(benchmark::State &state, cpu::RowType t) {
+    const bool qwen = state.range(1) != 0;
+    DecodeBatch data(1, state.range(0), state.range(0), qwen ? 14 : 9, qwen ? 2 : 3, t);
+    ThreadPool pool(bench_threads());
+    for (auto _ : state) {
+        cpu::attention_decode(data.args[0], pool);
+        benchmark::DoNotOptimize(data.o.data());
+    }
+    state.counters["rows/s"] =
+        benchmark::Counter(static_cast<double>(data.rows * state.iterations()), benchmark::Counter::kIsRate);
+}
 
 // SmolLM2's heads (9 query, 3 KV) or Qwen2.5-0.5B's (14 query, 2 KV).
 void bm_attention_decode_batch(benchmark::State &state, bool multi, bool qwen) {
@@ -402,6 +420,18 @@ BENCHMARK_CAPTURE(bm_attention_decode_batch, multi_qwen, true, true)
     ->Args({1, 544, 544})->Args({8, 544, 544})->Args({16, 544, 544})->Unit(benchmark::kMicrosecond);
 // Larger than the last-level cache: the K/V rows come from DRAM.
 BENCHMARK_CAPTURE(bm_attention_decode_batch, multi_dram, true, false)->Args({16, 4096, 4096})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_attention_decode_kv_type, f16, cpu::RowType::f16)
+    ->Args({16384, 1})
+    ->Args({8192, 0})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_attention_decode_kv_type, q8_0, cpu::RowType::q8_0)
+    ->Args({16384, 1})
+    ->Args({8192, 0})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_attention_decode_kv_type, q4_0, cpu::RowType::q4_0)
+    ->Args({16384, 1})
+    ->Args({8192, 0})
+    ->Unit(benchmark::kMicrosecond);
 // SmolLM2's 30 layers, 1 and 8 sequences at depth 544 (the -npl bench's mean).
 BENCHMARK(bm_attention_decode_step)->Args({1, 544, 30})->Args({8, 544, 30})->Unit(benchmark::kMicrosecond);
 

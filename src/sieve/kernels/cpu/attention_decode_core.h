@@ -292,6 +292,26 @@ inline void qk_rows4_d64(const float *q, int64_t group, const typename R::T *k_r
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
+// The nb rows of 8 * D8 elements at `rows` as f32: row j at out[j], f16
+// rows widened into buf[j * 8 * D8 ..] (other types: R::row's pointer).
+template <class R, int D8>
+inline void widen_rows_avx2(const typename R::T *rows, int64_t nb, float *buf, const float **out) {
+    constexpr int64_t d = 8 * D8;
+    for (int64_t j = 0; j < nb; ++j) {
+        if constexpr (std::is_same_v<R, RowF16>) {
+            // d is a multiple of 8: whole vectors (no scalar tail to analyse).
+            const uint16_t *h = rows + j * d;
+            for (int i = 0; i < D8; ++i)
+                _mm256_store_ps(
+                    buf + j * d + 8 * i,
+                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + 8 * i))));
+            out[j] = buf + j * d;
+        } else {
+            out[j] = R::row(rows + j * R::stride(d), d, buf + j * d);
+        }
+    }
+}
+
 // AVX2: the nb V rows widened once, then per head the D8 accumulator
 // vectors stay in registers across the rows: acc = fma(p_j, v_j, acc), the
 // same operations as the generic loop's scale_axpy (y = fma(a, x, 1 * y)),
@@ -302,20 +322,7 @@ inline void pv_avx2(const float *s, int64_t group, const typename R::T *v_rows, 
     constexpr int64_t d = 8 * D8;
     alignas(32) float buf[k_blk * d];
     const float *vr[k_blk];
-    // pv() calls with nb <= k_blk.
-    for (int64_t j = 0; j < nb; ++j) {
-        if constexpr (std::is_same_v<R, RowF16>) {
-            // d is a multiple of 8: whole vectors (no scalar tail to analyse).
-            const uint16_t *h = v_rows + j * d;
-            for (int i = 0; i < D8; ++i)
-                _mm256_store_ps(
-                    buf + j * d + 8 * i,
-                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + 8 * i))));
-            vr[j] = buf + j * d;
-        } else {
-            vr[j] = R::row(v_rows + j * R::stride(d), d, buf + j * d);
-        }
-    }
+    widen_rows_avx2<R, D8>(v_rows, nb, buf, vr);  // pv() calls with nb <= k_blk
     for (int64_t g = 0; g < group; ++g) {
         float *acc0 = part0 + g * hstride;
         const float *sg = s + g * k_blk;
@@ -326,6 +333,51 @@ inline void pv_avx2(const float *s, int64_t group, const typename R::T *v_rows, 
             for (int i = 0; i < D8; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr[j] + 8 * i), acc[i]);
         }
         for (int i = 0; i < D8; ++i) _mm256_storeu_ps(acc0 + 8 * i, acc[i]);
+    }
+}
+#endif
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// The sums of the 8 lanes of each of a0..a3, as ((x0 + x1) + (x2 + x3)) +
+// ((x4 + x5) + (x6 + x7)) for every one of them.
+inline __m128 hsum4_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
+    const __m256 t2 = _mm256_hadd_ps(t0, t1);  // per 128-bit half: the 4 sums of that half
+    return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
+}
+
+// AVX2: s = scale * q_g . k for the nb K rows and every head of the group.
+// The rows are widened once into L1; then per head the query stays in
+// registers while 4 rows at a time are dotted with it (4 independent
+// accumulators, one 4-way transposed sum), where the generic loop made a
+// call, a load of each operand and a horizontal sum per row and head. A
+// row's score does not depend on where in the block it falls (a lone row
+// takes the same sum with zeros beside it).
+template <class R, int D8>
+inline void qk_avx2(const float *q, int64_t group, const typename R::T *k_rows, int64_t nb, float scale,
+                    float *s) {
+    constexpr int64_t d = 8 * D8;
+    alignas(32) float buf[k_blk * d];
+    const float *kr[k_blk];
+    widen_rows_avx2<R, D8>(k_rows, nb, buf, kr);  // qk() calls with nb <= k_blk
+    const __m128 vs = _mm_set1_ps(scale);
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t g = 0; g < group; ++g) {
+        const float *qg = q + g * d;
+        float *sg = s + g * k_blk;
+        __m256 qv[D8];
+        for (int i = 0; i < D8; ++i) qv[i] = _mm256_loadu_ps(qg + 8 * i);
+        const auto dot = [&](const float *k) {
+            __m256 acc = _mm256_mul_ps(qv[0], _mm256_loadu_ps(k));
+            for (int i = 1; i < D8; ++i) acc = _mm256_fmadd_ps(qv[i], _mm256_loadu_ps(k + 8 * i), acc);
+            return acc;
+        };
+        int64_t j = 0;
+        for (; j + 4 <= nb; j += 4) {
+            const __m256 a0 = dot(kr[j]), a1 = dot(kr[j + 1]), a2 = dot(kr[j + 2]), a3 = dot(kr[j + 3]);
+            _mm_storeu_ps(sg + j, _mm_mul_ps(vs, hsum4_avx2(a0, a1, a2, a3)));
+        }
+        for (; j < nb; ++j) sg[j] = _mm_cvtss_f32(_mm_mul_ps(vs, hsum4_avx2(dot(kr[j]), zero, zero, zero)));
     }
 }
 #endif
@@ -378,6 +430,13 @@ inline void qk(const float *q, int64_t group, const typename R::T *k_rows, int64
                 qk_row<R, 8>(q, group, k_rows + j * R::stride(d), scale, s + j);
         }
         return;
+    }
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    if (nb <= k_blk) {
+        if (d == 64) return qk_avx2<R, 8>(q, group, k_rows, nb, scale, s);
+        if (d == 32) return qk_avx2<R, 4>(q, group, k_rows, nb, scale, s);
+        if (d == 128) return qk_avx2<R, 16>(q, group, k_rows, nb, scale, s);
     }
 #endif
     // f32 rows (and other head sizes): each K row read once, dotted with every
