@@ -1,12 +1,24 @@
 #include "sieve/core/thread_pool.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include "sieve/core/status.h"
 
 namespace sieve {
 
 namespace {
+// A spin-wait hint: the core gives its pipeline to its sibling hyperthread
+// and saves power while the loop polls.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 // How long an idle worker spins before sleeping: long enough to cover the gap
 // between two kernels of one forward pass (and between decode steps), short
 // enough not to burn a core between requests.
@@ -88,7 +100,7 @@ void ThreadPool::run_impl(int64_t n_tasks, Trampoline fn, void *ctx) {
         SIEVE_CHECKF(done < others, "thread pool: %lld tasks reported done, workers claimed %lld",
                      static_cast<long long>(done), static_cast<long long>(others));
         if (spins < k_wait_spin_iters) {
-            _mm_pause();
+            cpu_relax();
         } else {
             std::this_thread::yield();
         }
@@ -102,7 +114,7 @@ void ThreadPool::worker_main(int thread) {
         for (int i = 0; i < k_spin_iters && gen == seen; ++i) {
             const uint64_t c = claim_.load(std::memory_order_acquire);
             gen = idx_of(c) == k_closed ? seen : gen_of(c);  // a job being written is not new yet
-            if (gen == seen) _mm_pause();
+            if (gen == seen) cpu_relax();
         }
         if (gen == seen) {
             // Sleep. Announce it first, then re-check the word: a caller that

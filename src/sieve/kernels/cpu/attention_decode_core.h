@@ -198,7 +198,7 @@ inline void prefetch_slice(const typename R::T *rows, int64_t n_ahead, int64_t j
     const int64_t bytes =
         std::min(k_pf_rows, n_ahead - j) * R::stride(d) * static_cast<int64_t>(sizeof(typename R::T));
     const char *c = reinterpret_cast<const char *>(rows + j * R::stride(d));
-    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
 }
 
 // Longest row the generic paths widen on the stack.

@@ -77,7 +77,7 @@ constexpr int64_t k_prefetch_rows = 4;
 
 inline void prefetch_row(const uint8_t *p, int64_t n_bytes) {
 #if defined(__SSE__)
-    for (int64_t o = 0; o < n_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
+    for (int64_t o = 0; o < n_bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
 #else
     (void)p;
     (void)n_bytes;

@@ -241,8 +241,7 @@ void x16_dot_t(const uint8_t *tile16, const uint8_t *const *acts, const RowShape
         const uint8_t *unit = tile16 + b / l.unit_blocks * l.unit_bytes;
         const int h = static_cast<int>(b % l.unit_blocks);
         if (stream && h == 0)
-            for (int o = 0; o < l.unit_bytes; o += 64)
-                _mm_prefetch(reinterpret_cast<const char *>(unit + k_x16_prefetch + o), _MM_HINT_T0);
+            for (int o = 0; o < l.unit_bytes; o += 64) __builtin_prefetch(unit + k_x16_prefetch + o, 0, 3);
         const uint8_t *xb[T];
         for (int t = 0; t < T; ++t) xb[t] = a[t].bytes + b * k_block;
 #pragma GCC unroll 2
