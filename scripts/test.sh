@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds sieve and runs the whole test suite:
 #   1. Release build with warnings as errors; every CTest test (unit tests,
-#      model-vs-reference tests, CLI tests);
+#      model-vs-reference tests, CLI tests); the kernels compile-checked for
+#      x86-64 without AVX2 (scripts/check_portable.sh);
 #   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
 #      and the server fault tests (tests/server/test_faults.py) against the
 #      sanitized server;
@@ -26,6 +27,8 @@ cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DSIEVE_WERROR=ON >/d
 cmake --build build -j "$jobs"
 echo "== tests ==" >&2
 ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== portable compile check (x86-64 without AVX2) ==" >&2
+scripts/check_portable.sh
 
 if [ -z "${SIEVE_SKIP_ASAN:-}" ]; then
     echo "== unit tests under ASan/UBSan ==" >&2
