@@ -19,6 +19,8 @@ sieve_eval_test(md_reference 0 "^\\| dense \\(reference\\) \\| f16 \\| [0-9.]+ \
 sieve_eval_test(md_dense 0 "^\\| dense \\| f16 \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL 0 · 1\\.00× \\| [0-9.]+ \\[[0-9.]+, [0-9.]+\\] · KL 0 · 1\\.00× \\|$" "" ${eval_small})
 sieve_eval_test(md_details 0 "^\\| dense \\| f16 \\| niah_multikey \\| 512 \\| 2 \\| [0-9.]+ \\| [0-9.]+–[0-9.]+ \\| [0-9.]+ \\| 0 \\| 0 \\| 100\\.0 \\|" "" ${eval_small})
 sieve_eval_test(progress 0 "" "sieve eval: 8/8 requests, .*ETA 0 s" ${eval_small})
+# A first line before any request finishes, without an estimate to give yet.
+sieve_eval_test(progress_start 0 "" "^sieve eval: 0/8 requests, starting, [0-9]+ s elapsed, ETA after the first request$" ${eval_small})
 # The f32 oracle as the reference: its row says f32, the f16 row is compared to it.
 sieve_eval_test(ref_f32 0 "^\\| dense \\(reference\\) \\| f32 \\| " "" ${eval_small} --ref-cache-type f32)
 sieve_eval_test(json_cells 0 "^  \"cells\": \\[$" "" ${eval_small} -o json)

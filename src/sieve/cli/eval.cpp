@@ -245,10 +245,13 @@ class Progress {
         if (!tty_ && tenth == last_tenth_ && done != total) return;
         last_tenth_ = tenth;
         const double el = static_cast<double>(time_us() - t0_us_) / 1e6;
-        const double eta = done >= total     ? 0.0
-                           : p.work_done > 0 ? el / p.work_done * std::max(0.0, p.work_total - p.work_done)
-                                             : 0.0;
-        std::fprintf(stderr, "%ssieve eval: %lld/%lld requests, %s, %.0f s elapsed, ETA %.0f s%s",
+        // Before the first request finishes there is nothing to extrapolate
+        // from (a 32k reference prompt takes minutes): say so.
+        char eta[64] = "ETA after the first request";
+        if (done >= total || p.work_done > 0)
+            std::snprintf(eta, sizeof eta, "ETA %.0f s",
+                          done >= total ? 0.0 : el / p.work_done * std::max(0.0, p.work_total - p.work_done));
+        std::fprintf(stderr, "%ssieve eval: %lld/%lld requests, %s, %.0f s elapsed, %s%s",
                      tty_ ? "\r\033[K" : "", static_cast<long long>(done), static_cast<long long>(total),
                      what.c_str(), el, eta, tty_ && done != total ? "" : "\n");
         std::fflush(stderr);

@@ -588,6 +588,7 @@ Result<EvalResult> eval_run(const Model &model, const Tokenizer &tok, const Chat
             }
         }
     }
+    if (hooks.progress) hooks.progress(progress, "starting");
     for (const std::string &task : plan.tasks) {
         for (int64_t ctx : plan.ctx) {
             Result<std::vector<CellSample>> cell = make_cell(plan, task, ctx, tok, tmpl, hooks);
