@@ -131,10 +131,13 @@ double amx_score_bound(const AttnCase &c, int64_t i, int64_t h) {
     return 2.0 * std::ldexp(most, -15) / std::sqrt(static_cast<double>(d));
 }
 
-void expect_close(const AttnCase &c, const char *name, const std::vector<float> &o, const float *lse, bool amx = false) {
+// decode: the reference takes the scores as the decode kernel does (a
+// query rounded to 8 bits over quantized K rows, ops.h).
+void expect_close(const AttnCase &c, const char *name, const std::vector<float> &o, const float *lse,
+                  bool amx = false, bool decode = false) {
     const size_t n_o = static_cast<size_t>(c.n_q * c.n_head * c.head_dim);
     std::vector<float> o_ref(n_o), lse_ref(static_cast<size_t>(c.n_head * c.n_q));
-    cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()));
+    cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()), decode);
     const int64_t group = c.n_head / c.n_head_kv;
     std::vector<float> vmax(static_cast<size_t>(c.n_head_kv), 0.0f);
     for (int64_t h = 0; h < c.n_head_kv; ++h)
@@ -173,7 +176,8 @@ void check(const AttnCase &c, Kernel kernel, ThreadPool &pool) {
     else
         cpu::attention_decode(c.args(o.data(), lse.data()), pool);
     const bool amx = kernel == Kernel::prefill && c.kv_type != cpu::RowType::f32 && cpu::attention_prefill_uses_amx();
-    expect_close(c, kernel == Kernel::prefill ? (amx ? "prefill (amx)" : "prefill") : "decode", o, lse.data(), amx);
+    expect_close(c, kernel == Kernel::prefill ? (amx ? "prefill (amx)" : "prefill") : "decode", o, lse.data(),
+                 amx, kernel == Kernel::decode);
 }
 
 // Runs fn(name) once per prefill path the machine has for half and quantized
@@ -541,7 +545,7 @@ void check_multi(const std::vector<AttnCase> &cases, const std::vector<bool> &wi
         EXPECT_EQ(0, std::memcmp(o[i].data(), o1[i].data(), o[i].size() * sizeof(float))) << what;
         // Without lse requested, neither kernel writes it (both stay NaN, which memcmp compares as bits).
         EXPECT_EQ(0, std::memcmp(lse[i].data(), lse1[i].data(), lse[i].size() * sizeof(float))) << what;
-        if (vs_ref) expect_close(c, "decode_multi", o[i], with_lse[i] ? lse[i].data() : nullptr);
+        if (vs_ref) expect_close(c, "decode_multi", o[i], with_lse[i] ? lse[i].data() : nullptr, false, true);
     }
 }
 

@@ -230,7 +230,7 @@ TEST(AttentionSelect, SelectedRowsMatchTheReferenceAndNoOtherRowIsRead) {
             for (int64_t p : c.past) sel.push_back(random_spans(rng, p + 1, units[(rep / 2) % 4]));
             c.select(sel);
             std::vector<float> o_ref(static_cast<size_t>(c.n_head * d)), lse_ref(static_cast<size_t>(c.n_head));
-            cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()));
+            cpu::attention_ref(c.args(o_ref.data(), lse_ref.data()), /*decode=*/true);
             c.poison_unselected();
             std::vector<float> o(o_ref.size(), NAN), lse(lse_ref.size(), NAN);
             cpu::attention_decode(c.args(o.data(), lse.data()), pool);

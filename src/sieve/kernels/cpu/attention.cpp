@@ -65,6 +65,18 @@ template <class R>
     decode::init_parts(part0, group, hstride, d);
     const auto *k = static_cast<const typename R::T *>(a.k[kvh]);
     const auto *v = static_cast<const typename R::T *>(a.v[kvh]);
+    // Quantized K: Q.K in integers, the group's queries rounded once here.
+    const decode::QInt *qi = nullptr;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    decode::QInt qint;
+    if (attention_decode_rounds_query(a.kv_type, d, group)) {
+        if constexpr (std::is_same_v<R, decode::RowQ8_0> || std::is_same_v<R, decode::RowQ4_0>) {
+            qint = decode::quantize_query<R>(
+                a.q + h0 * d, group, d, decode::grow(decode::scratch().qint, decode::qint_floats(group, d)));
+            qi = &qint;
+        }
+    }
+#endif
     if (!a.spans) {
         for (int64_t jb = j0; jb < j1; jb += decode::k_blk) {
             // The next block's rows (the next chunk's first, past j1) are
@@ -75,7 +87,7 @@ template <class R>
             if (jn < n_vis)
                 ahead = {k + jn * R::stride(d), v + jn * R::stride(d), std::min(decode::k_blk, n_vis - jn)};
             decode::block<R>(a.q + h0 * d, group, k + jb * R::stride(d), v + jb * R::stride(d), nb, d,
-                             a.scale, s, part0, hstride, ahead);
+                             a.scale, s, part0, hstride, ahead, qi);
         }
         return;
     }
@@ -98,7 +110,8 @@ template <class R>
             pieces[np++] = {k + r * R::stride(d), v + r * R::stride(d), n};
             cur += n;
         }
-        decode::block_pieces<R>(a.q + h0 * d, group, pieces, np, xe - xb, d, a.scale, s, part0, hstride);
+        decode::block_pieces<R>(a.q + h0 * d, group, pieces, np, xe - xb, d, a.scale, s, part0, hstride, {},
+                                qi);
     }
 }
 
@@ -161,6 +174,11 @@ MultiScratch &multi_scratch() {
 }
 
 }  // namespace
+
+bool attention_decode_rounds_query(RowType t, int64_t head_dim, int64_t group) {
+    return decode::k_qk_int && (t == RowType::q8_0 || t == RowType::q4_0) && decode::qk_int_fits(head_dim) &&
+           group >= 1 && group <= 64;
+}
 
 void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     check_decode_args(a, "attention_decode");

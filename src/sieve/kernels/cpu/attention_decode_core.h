@@ -40,6 +40,7 @@ constexpr int64_t k_blk = 64;
 struct Scratch {
     AlignedBuffer<float> scores;   // per thread: [group * k_blk]
     AlignedBuffer<float> partial;  // calling thread: partials of all tasks
+    AlignedBuffer<float> qint;     // per thread: a task's rounded queries (QInt)
 };
 inline Scratch &scratch() {
     static thread_local Scratch s;
@@ -133,6 +134,12 @@ struct RowBF16 {
         return buf;
     }
 };
+// The f16 bits of a block's scale at p.
+inline uint16_t f16_bits_at(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
 // q8_0: blocks of (f16 d, 32 int8); x = d q.
 struct RowQ8_0 {
     using T = uint8_t;
@@ -151,6 +158,22 @@ struct RowQ8_0 {
         rows_to_f32(RowType::q8_0, p, 0, d, buf);
         return buf;
     }
+    // The integer Q.K (qk_int below): the row's int8 values k plus 128 as
+    // bytes, k_off = 128; 64 columns per vector, block 2c in the low 256 bits.
+    static constexpr int k_off = 128;
+    static constexpr bool k_int_nibbles = false;
+    static uint16_t block_scale_bits(const T *p, int64_t b) {
+        return f16_bits_at(p + 34 * b);
+    }
+#if defined(__AVX512BW__)
+    static __m512i load64u(const T *p, int64_t c) {
+        const T *b = p + 68 * c;
+        const __m512i x = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 2))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 36)), 1);
+        return _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
+    }
+#endif
 };
 // q4_0: blocks of (f16 d, 16 bytes of nibbles: byte j's low nibble is element
 // j, its high nibble element j + 16); x = d (q - 8).
@@ -179,6 +202,26 @@ struct RowQ4_0 {
         rows_to_f32(RowType::q4_0, p, 0, d, buf);
         return buf;
     }
+    // The integer Q.K: the nibbles as bytes (k + 8), k_off = 8; a vector of
+    // 64 columns holds, per 128 bits, elements 0-15 of block 2c, 0-15 of
+    // block 2c + 1, 16-31 of 2c, 16-31 of 2c + 1 (the query is laid out the
+    // same way).
+    static constexpr int k_off = 8;
+    static constexpr bool k_int_nibbles = true;
+    static uint16_t block_scale_bits(const T *p, int64_t b) {
+        return f16_bits_at(p + 18 * b);
+    }
+#if defined(__AVX512BW__)
+    static __m512i load64u(const T *p, int64_t c) {
+        const T *b = p + 36 * c;
+        const __m256i y = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 20)), 1);
+        const __m256i m = _mm256_set1_epi8(0x0f);
+        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(y, m)),
+                                  _mm256_and_si256(_mm256_srli_epi16(y, 4), m), 1);
+    }
+#endif
 };
 
 // Rows of the next block to prefetch while a block is computed (n = 0: none).
@@ -288,6 +331,145 @@ inline void qk_rows4_d64(const float *q, int64_t group, const typename R::T *k_r
         const __m512 w = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
         _mm_storeu_ps(s + g * k_blk, _mm_mul_ps(vs, _mm512_castps512_ps128(w)));
     }
+}
+#endif
+
+// Q.K over quantized K rows in integers (AVX-512 VNNI): where the rows are
+// q8_0 / q4_0, the query of each head is rounded once per task to 8 bits per
+// block of 32 (scale amax / 127, round to nearest even: llama.cpp's q8_0 for
+// the query of a quantized K), and a block's products are one exact int32
+// sum, so a row of 64 columns is one vpdpbusd per head where the float path
+// widens, scales and multiplies four vectors. The score of a row is then
+//   scale * sum over 64-column chunks c of
+//       (float(S[2c]) * dk[2c]) * sq[2c] + (float(S[2c+1]) * dk[2c+1]) * sq[2c+1]
+// (S the block's integer sum, dk its K scale, sq the query's), in that order
+// for every row wherever it falls, as qk_int_ref (kernels/cpu/reference.cpp)
+// computes it. Head sizes that are multiples of 64 up to 256 (1 to 4 chunks).
+// vpdpbusd multiplies unsigned by signed bytes: the K bytes are k + k_off
+// (q8_0: k xor 0x80; q4_0: the nibbles) and each head's start vector holds
+// -k_off * (sum of its 4 query bytes) per lane, so the sums are exact.
+constexpr bool qk_int_fits(int64_t d) {
+    return d % 64 == 0 && d >= 64 && d <= 256;
+}
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+constexpr bool k_qk_int = true;
+// A task's rounded queries: per head g, d bytes at q + g * d (in the row
+// type's column order), the d / 32 scales at sq + g * (d / 32) and per chunk
+// the start vector at init + (g * (d / 64) + c) * 16.
+struct QInt {
+    const int8_t *q = nullptr;
+    const float *sq = nullptr;
+    const int32_t *init = nullptr;
+};
+// Floats of scratch a task's QInt takes.
+inline int64_t qint_floats(int64_t group, int64_t d) {
+    return group * (d / 4 + d / 4 + d / 32) + 16;
+}
+template <class R>
+inline QInt quantize_query(const float *q, int64_t group, int64_t d, float *buf) {
+    // 64-byte aligned parts: init [group * d / 4 int32], q [group * d bytes], sq.
+    auto *init = reinterpret_cast<int32_t *>(buf);
+    auto *q8 = reinterpret_cast<int8_t *>(buf + group * d / 4);
+    float *sq = buf + group * d / 2;
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t g = 0; g < group; ++g)
+        for (int64_t c = 0; c < d / 64; ++c) {
+            __m128i bytes[4];
+            for (int h = 0; h < 2; ++h) {
+                const int64_t b = 2 * c + h;
+                const __m512 x0 = _mm512_loadu_ps(q + g * d + 32 * b),
+                             x1 = _mm512_loadu_ps(q + g * d + 32 * b + 16);
+                const float amax = _mm512_reduce_max_ps(
+                    _mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
+                const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                sq[g * (d / 32) + b] = amax / 127.0f;
+                bytes[2 * h] =
+                    _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(inv))));
+                bytes[2 * h + 1] =
+                    _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(inv))));
+            }
+            // q8_0 rows: natural order; q4_0: 0-15 of each block, then 16-31.
+            const int o1 = R::k_int_nibbles ? 2 : 1, o2 = R::k_int_nibbles ? 1 : 2;
+            __m512i v = _mm512_castsi128_si512(bytes[0]);
+            v = _mm512_inserti32x4(v, bytes[o1], 1);
+            v = _mm512_inserti32x4(v, bytes[o2], 2);
+            v = _mm512_inserti32x4(v, bytes[3], 3);
+            _mm512_storeu_si512(q8 + g * d + 64 * c, v);
+            const __m512i off =
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(R::k_off)), v);
+            _mm512_storeu_si512(init + (g * (d / 64) + c) * 16,
+                                _mm512_sub_epi32(_mm512_setzero_si512(), off));
+        }
+    return QInt{q8, sq, init};
+}
+// Scores of 4 rows (the pointers may repeat: each row's lanes are summed on
+// their own) for every head of the group, into s4[g * 4 + r]. C = d / 64.
+template <class R, int C>
+inline void qk_int_rows4(const QInt &qi, int64_t group, const typename R::T *const *rows, float scale,
+                         float *s4) {
+    constexpr int64_t d = 64 * C;
+    __m512i k[4][C];
+    for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < C; ++c) k[r][c] = R::load64u(rows[r], c);
+    __m128 dk[C][2];  // the 4 rows' K scales of block 2c + h
+    for (int c = 0; c < C; ++c)
+        for (int h = 0; h < 2; ++h)
+            dk[c][h] = _mm_cvtph_ps(
+                _mm_setr_epi16(static_cast<int16_t>(R::block_scale_bits(rows[0], 2 * c + h)),
+                               static_cast<int16_t>(R::block_scale_bits(rows[1], 2 * c + h)),
+                               static_cast<int16_t>(R::block_scale_bits(rows[2], 2 * c + h)),
+                               static_cast<int16_t>(R::block_scale_bits(rows[3], 2 * c + h)), 0, 0, 0, 0));
+    const __m128 vs = _mm_set1_ps(scale);
+    for (int64_t g = 0; g < group; ++g) {
+        __m128 tot = _mm_setzero_ps();
+        for (int c = 0; c < C; ++c) {
+            const __m512i qv = _mm512_loadu_si512(qi.q + g * d + 64 * c);
+            const __m512i iv = _mm512_loadu_si512(qi.init + (g * C + c) * 16);
+            __m512i acc[4];
+            for (int r = 0; r < 4; ++r) acc[r] = _mm512_dpbusd_epi32(iv, k[r][c], qv);
+            // Per 128 bits: [a0+a2, b0+b2, a1+a3, b1+b3], then the 4 rows' sums of those 4 lanes.
+            const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[0], acc[1]),
+                                                _mm512_unpackhi_epi32(acc[0], acc[1]));
+            const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2], acc[3]),
+                                                _mm512_unpackhi_epi32(acc[2], acc[3]));
+            const __m512i u = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(
+                                                   _mm512_castsi512_ps(t0), _mm512_castsi512_ps(t1), 0x44)),
+                                               _mm512_castps_si512(_mm512_shuffle_ps(
+                                                   _mm512_castsi512_ps(t0), _mm512_castsi512_ps(t1), 0xee)));
+            // The two 128-bit quarters of each block added: block 2c in
+            // quarter 0, block 2c + 1 in quarter 2 (q8_0) or 1 (q4_0).
+            const __m512 f = _mm512_cvtepi32_ps(
+                _mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, R::k_int_nibbles ? 0x4e : 0xb1)));
+            const __m128 fa = _mm512_castps512_ps128(f);
+            const __m128 fb = R::k_int_nibbles ? _mm512_extractf32x4_ps(f, 1) : _mm512_extractf32x4_ps(f, 2);
+            const __m128 pa = _mm_mul_ps(_mm_mul_ps(fa, dk[c][0]), _mm_set1_ps(qi.sq[g * (d / 32) + 2 * c]));
+            const __m128 pb =
+                _mm_mul_ps(_mm_mul_ps(fb, dk[c][1]), _mm_set1_ps(qi.sq[g * (d / 32) + 2 * c + 1]));
+            const __m128 part = _mm_add_ps(pa, pb);
+            tot = c == 0 ? part : _mm_add_ps(tot, part);
+        }
+        _mm_storeu_ps(s4 + g * 4, _mm_mul_ps(vs, tot));
+    }
+}
+template <class R, int C>
+inline void qk_int(const QInt &qi, int64_t group, const typename R::T *k_rows, int64_t nb, float scale,
+                   float *s) {
+    constexpr int64_t d = 64 * C;
+    alignas(16) float s4[4 * 64];  // group <= 64 (checked by the caller)
+    for (int64_t j = 0; j < nb; j += 4) {
+        const typename R::T *rows[4];
+        for (int r = 0; r < 4; ++r) rows[r] = k_rows + std::min<int64_t>(j + r, nb - 1) * R::stride(d);
+        qk_int_rows4<R, C>(qi, group, rows, scale, s4);
+        const int64_t n = std::min<int64_t>(4, nb - j);
+        for (int64_t g = 0; g < group; ++g)
+            for (int64_t r = 0; r < n; ++r) s[g * k_blk + j + r] = s4[g * 4 + r];
+    }
+}
+#else
+constexpr bool k_qk_int = false;
+struct QInt {};
+inline int64_t qint_floats(int64_t, int64_t) {
+    return 0;
 }
 #endif
 
@@ -417,7 +599,27 @@ inline void pv(const float *s, int64_t group, const typename R::T *v_rows, int64
 // Step 1 of block(): scores of nb rows for every head of the group.
 template <class R>
 inline void qk(const float *q, int64_t group, const typename R::T *k_rows, int64_t nb, int64_t d, float scale,
-               float *s) {
+               float *s, const QInt *qi = nullptr) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    if constexpr (std::is_same_v<R, RowQ8_0> || std::is_same_v<R, RowQ4_0>) {
+        if (qi) {
+            switch (d) {
+                case 64:
+                    return qk_int<R, 1>(*qi, group, k_rows, nb, scale, s);
+                case 128:
+                    return qk_int<R, 2>(*qi, group, k_rows, nb, scale, s);
+                case 192:
+                    return qk_int<R, 3>(*qi, group, k_rows, nb, scale, s);
+                case 256:
+                    return qk_int<R, 4>(*qi, group, k_rows, nb, scale, s);
+                default:
+                    break;
+            }
+        }
+    }
+#else
+    (void)qi;
+#endif
 #if defined(__AVX512F__)
     if (R::k_wide && (d == 64 || d == 128)) {
         int64_t j = 0;
@@ -462,16 +664,17 @@ struct Piece {
 // [group, d]. s: scratch [group * k_blk]; the pieces' scores lie end to end.
 template <class R>
 inline void block_pieces(const float *q, int64_t group, const Piece<R> *pc, int np, int64_t nb, int64_t d,
-                         float scale, float *s, float *part0, int64_t hstride, const Ahead<R> &ahead = {}) {
+                         float scale, float *s, float *part0, int64_t hstride, const Ahead<R> &ahead = {},
+                         const QInt *qi = nullptr) {
     // 1. Each K row is read from memory once and dotted with every query head of the group.
     if (ahead.n > 0 && np == 1) {
         for (int64_t j = 0; j < nb; j += k_pf_rows) {
             prefetch_slice<R>(ahead.k, ahead.n, j, d);
-            qk<R>(q, group, pc[0].k + j * R::stride(d), std::min(k_pf_rows, nb - j), d, scale, s + j);
+            qk<R>(q, group, pc[0].k + j * R::stride(d), std::min(k_pf_rows, nb - j), d, scale, s + j, qi);
         }
     } else {
         for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i)
-            qk<R>(q, group, pc[i].k, pc[i].n, d, scale, s + off);
+            qk<R>(q, group, pc[i].k, pc[i].n, d, scale, s + off, qi);
     }
     // 2. Online softmax per head over the block.
     const int64_t mi = m_at(d);
@@ -512,9 +715,9 @@ inline void block_pieces(const float *q, int64_t group, const Piece<R> *pc, int 
 template <class R>
 inline void block(const float *q, int64_t group, const typename R::T *k_rows, const typename R::T *v_rows,
                   int64_t nb, int64_t d, float scale, float *s, float *part0, int64_t hstride,
-                  const Ahead<R> &ahead = {}) {
+                  const Ahead<R> &ahead = {}, const QInt *qi = nullptr) {
     const Piece<R> one{k_rows, v_rows, nb};
-    block_pieces<R>(q, group, &one, 1, nb, d, scale, s, part0, hstride, ahead);
+    block_pieces<R>(q, group, &one, 1, nb, d, scale, s, part0, hstride, ahead, qi);
 }
 
 // partial: [n_head][n_chunks] x part_len(d) -> o [n_head, d], lse [n_head] (optional).

@@ -173,8 +173,15 @@ void attention_decode(const AttnArgs &a, ThreadPool &pool);
 // pool) (the same chunk plan, task code and merge order). Outputs must not
 // overlap. Scratch is kept per thread and only grows.
 void attention_decode_multi(const AttnArgs *args, int64_t n_seq, ThreadPool &pool);
+// Whether attention_decode takes Q.K over rows of type t in integers (AVX-512
+// VNNI builds, q8_0 / q4_0 rows, head_dim a multiple of 64 up to 256, at most
+// 64 query heads per KV head): the query is then rounded to 8 bits per block
+// of 32, as llama.cpp does for a quantized K (attention_decode_core.h, qk_int).
+bool attention_decode_rounds_query(RowType t, int64_t head_dim, int64_t group);
 // Scalar oracle (double accumulation) for both, spans and Λ masks included.
-void attention_ref(const AttnArgs &a);
+// decode = true: the scores as attention_decode takes them (with the query
+// rounded where attention_decode_rounds_query says so).
+void attention_ref(const AttnArgs &a, bool decode = false);
 // Checks a.spans against the lanes (sorted, disjoint, non-empty, inside the
 // visible rows); a message naming the head and span, or empty when valid.
 // The kernels check it only in debug builds; the selector builds valid ones.

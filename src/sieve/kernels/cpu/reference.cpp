@@ -2,6 +2,7 @@
 // Slow by design; tests compare every fast kernel with these.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "sieve/core/fp16.h"
@@ -41,11 +42,54 @@ void widen_rows(RowType t, const void *src, int64_t n, float *dst) {
     }
 }
 
+// The score attention_decode gives a quantized K row with the query rounded
+// (ops.h, attention_decode_rounds_query): per block of 32 the query's scale
+// amax / 127 and values round(q * 127 / amax) (ties to even), the block's
+// exact integer sum with the row's values, then per 64 columns
+// (S0 * dk0) * sq0 + (S1 * dk1) * sq1 in f32, summed over the chunks, times
+// the scale. Read from the GGUF block layout here, not through the kernels'
+// loaders.
+float rounded_query_score(RowType t, const float *q, const uint8_t *row, int64_t d, float scale) {
+    const int64_t bb = t == RowType::q8_0 ? 34 : 18;
+    volatile float tot = 0.0f;  // volatile: the f32 operations one by one, in this order
+    for (int64_t c = 0; c < d / 64; ++c) {
+        volatile float part = 0.0f;
+        for (int64_t h = 0; h < 2; ++h) {
+            const int64_t b = 2 * c + h;
+            const float *qb = q + 32 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(qb[i]));
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const float sq = amax / 127.0f;
+            const uint8_t *blk = row + bb * b;
+            uint16_t hbits;
+            std::memcpy(&hbits, blk, 2);
+            int64_t sum = 0;
+            for (int i = 0; i < 32; ++i) {
+                const float x = qb[i] * inv;
+                const auto qi = static_cast<int64_t>(std::nearbyint(x));
+                const int64_t ki = t == RowType::q8_0 ? static_cast<int8_t>(blk[2 + i])
+                                   : i < 16           ? (blk[2 + i] & 0x0f) - 8
+                                                      : (blk[2 + i - 16] >> 4) - 8;
+                sum += qi * ki;
+            }
+            volatile float p = static_cast<float>(sum);
+            p = p * fp16_to_fp32(hbits);
+            p = p * sq;
+            part = h == 0 ? static_cast<float>(p) : part + p;
+        }
+        tot = c == 0 ? static_cast<float>(part) : tot + part;
+    }
+    return scale * tot;
+}
+
 }  // namespace
 
-void attention_ref(const AttnArgs &a) {
+void attention_ref(const AttnArgs &a, bool decode) {
     attn_check_args(a, "attention_ref");
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
+    const bool rounded = decode && attention_decode_rounds_query(a.kv_type, d, group);
+    const int64_t row_bytes = a.kv_type == RowType::q8_0 ? d / 32 * 34 : d / 32 * 18;
     std::vector<double> s(static_cast<size_t>(attn_max_past(a) + a.n_q)), o(static_cast<size_t>(d));
     // Widen every lane to f32 first (exact), then the plain loops.
     std::vector<std::vector<float>> kf(static_cast<size_t>(a.n_head_kv)), vf(kf.size());
@@ -72,9 +116,14 @@ void attention_ref(const AttnArgs &a) {
             double m = -INFINITY;
             for (int64_t j = 0; j < n_vis; ++j) {
                 if (!read[static_cast<size_t>(j)]) continue;
-                double dot = 0.0;
-                for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[j * d + c];
-                s[static_cast<size_t>(j)] = dot * a.scale;
+                if (rounded) {
+                    const auto *kr = static_cast<const uint8_t *>(a.k[h / group]) + j * row_bytes;
+                    s[static_cast<size_t>(j)] = rounded_query_score(a.kv_type, q, kr, d, a.scale);
+                } else {
+                    double dot = 0.0;
+                    for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[j * d + c];
+                    s[static_cast<size_t>(j)] = dot * a.scale;
+                }
                 m = std::max(m, s[static_cast<size_t>(j)]);
             }
             double l = 0.0;
