@@ -173,7 +173,7 @@ struct QwenAttn {
         s.lse = a.lse;
         s.lse_stride = a.n_q;
         s.k = a.k;
-        s.kv_type = a.kv_type;
+        s.kv_type = a.kv_type.k;
         s.n_q = a.n_q;
         s.n_past = a.n_past;
         s.n_head = n_head;

@@ -93,7 +93,8 @@ sieve_bench_test(bad_kv_page 1 "" "KV page size 3072 bytes: expected a multiple 
 # K and V in different types, or an unknown type, are refused with a reason.
 sieve_bench_test(cache_type_f32 0 "\"type_k\": \"f32\", \"type_v\": \"f32\"" "" ${bench_small} -d 40 -ctk f32 -ctv f32 -o jsonl)
 sieve_bench_test(cache_type_bf16 0 "\"type_k\": \"bf16\", \"type_v\": \"bf16\"" "" ${bench_small} -d 40 --cache-type-k bf16 -o jsonl)
-sieve_bench_test(cache_type_mixed 2 "" "--cache-type-k f16 and --cache-type-v f32 differ" ${bench_small} -ctk f16 -ctv f32)
+sieve_bench_test(cache_type_mixed 0 "\"type_k\": \"bf16\", \"type_v\": \"f16\"" "" ${bench_small} -d 40 -ctk bf16 -ctv f16 -o jsonl)
+sieve_bench_test(cache_type_mixed_f32 2 "" "--cache-type-k f32 with --cache-type-v f16: f32 rows \\(the exact oracle\\) go with f32 only" ${bench_small} -ctk f32 -ctv f16)
 sieve_bench_test(cache_type_bad 2 "" "--cache-type-k: expected f16, bf16, f32, q8_0 or q4_0, got 'q5_1'" ${bench_small} -ctk q5_1)
 sieve_bench_test(cache_type_quant_head_dim 1 "" "KV rows of type q8_0 need head_dim to be a multiple of 32; this model's head_dim is 8" ${bench_small} -ctk q8_0)
 

@@ -23,6 +23,8 @@ sieve_eval_test(progress 0 "" "sieve eval: 8/8 requests, .*ETA 0 s" ${eval_small
 sieve_eval_test(progress_start 0 "" "^sieve eval: 0/8 requests, starting, [0-9]+ s elapsed, ETA after the first request$" ${eval_small})
 # The f32 oracle as the reference: its row says f32, the f16 row is compared to it.
 sieve_eval_test(ref_f32 0 "^\\| dense \\(reference\\) \\| f32 \\| " "" ${eval_small} --ref-cache-type f32)
+# K and V of different types: the policy rows' KV column names both (K/V).
+sieve_eval_test(mixed_types 0 "^\\| dense \\| f16/bf16 \\| " "" ${eval_small} -ctk f16 -ctv bf16)
 sieve_eval_test(json_cells 0 "^  \"cells\": \\[$" "" ${eval_small} -o json)
 sieve_eval_test(json_config 0 "\"ref_cache_type\": \"f32\"" "" ${eval_small} -o json --ref-cache-type f32)
 

@@ -43,7 +43,7 @@ struct AttnCase {
     std::vector<float> q;
     std::vector<Lane> k, v;
     std::vector<const void *> k_ptr, v_ptr;
-    cpu::RowType kv_type = cpu::RowType::f32;
+    cpu::KvRowTypes kv_type = cpu::RowType::f32;
     std::vector<std::vector<uint8_t>> k16, v16;  // narrowed copies (use_rows)
     const cpu::AttnLambda *lambda = nullptr;     // optional Λ mask (prefill)
 
@@ -70,15 +70,15 @@ struct AttnCase {
         for (auto &x : k) k_ptr.push_back(x.p);
         for (auto &x : v) v_ptr.push_back(x.p);
     }
-    // Stores the lanes as rows of t (f16, bf16, q8_0, q4_0): the kernels then
-    // read those, and the reference widens the same rounded values (rows past
-    // the visible ones stay NaN rows).
-    void use_rows(cpu::RowType t) {
+    // Stores the lanes as rows of t (f16, bf16, q8_0, q4_0; K as t.k, V as
+    // t.v): the kernels then read those, and the reference widens the same
+    // rounded values (rows past the visible ones stay NaN rows).
+    void use_rows(cpu::KvRowTypes t) {
         kv_type = t;
         k16.clear();
         v16.clear();
-        for (const Lane &l : k) k16.push_back(test::narrow_rows(t, l.p, n_kv, head_dim));
-        for (const Lane &l : v) v16.push_back(test::narrow_rows(t, l.p, n_kv, head_dim));
+        for (const Lane &l : k) k16.push_back(test::narrow_rows(t.k, l.p, n_kv, head_dim));
+        for (const Lane &l : v) v16.push_back(test::narrow_rows(t.v, l.p, n_kv, head_dim));
         for (size_t g = 0; g < k.size(); ++g) {
             k_ptr[g] = k16[g].data();
             v_ptr[g] = v16[g].data();
@@ -489,14 +489,46 @@ TEST(Attention, QuantizedRowsMatchReference) {
     });
 }
 
+TEST(Attention, MixedKAndVRowTypesMatchReference) {
+    each_prefill_path([&](const char *) {
+        // K and V lanes of different types (llama.cpp's -ctk / -ctv): the
+        // decode kernel takes Q.K over K's type (in integers for quantized K,
+        // the reference rounding the query the same way) and PV over V's;
+        // prefill widens each lane by its own type. Every pairing of the half
+        // and quantized types, head sizes of the register paths and of the
+        // generic one, GQA 1/3/7, uneven lanes, NaN rows past every lane's end.
+        std::mt19937 rng(58);
+        ThreadPool pool(2);
+        const cpu::RowType half_q[] = {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0,
+                                       cpu::RowType::q4_0};
+        int ci = 0;
+        for (cpu::RowType tk : half_q)
+            for (cpu::RowType tv : half_q) {
+                if (tk == tv) continue;  // the uniform pairs: the tests above
+                const Heads hh = k_heads[static_cast<size_t>(ci) % std::size(k_heads)];
+                const int64_t d = ci % 3 == 2 ? 96 : ci % 2 ? 128 : 64;
+                ++ci;
+                std::vector<int64_t> past(static_cast<size_t>(hh.n_head_kv));
+                for (auto &p : past) p = static_cast<int64_t>(rng() % 700);
+                const int64_t most = *std::max_element(past.begin(), past.end());
+                AttnCase dec(rng, hh.n_head, hh.n_head_kv, d, 1, past, most + 5);
+                dec.use_rows({tk, tv});
+                check(dec, Kernel::decode, pool);
+                AttnCase pre(rng, hh.n_head, hh.n_head_kv, d, 37, past, most + 40);
+                pre.use_rows({tk, tv});
+                check(pre, Kernel::prefill, pool);
+            }
+    });
+}
+
 namespace {
 
 // One sequence of a decode step: n_q = 1 over lanes whose visible lengths
 // mix 1 row, block edges (63/64/65), a few hundred and a few thousand rows.
 // Half of them hold a different row count per KV head (n_past_kv, one lane
 // the longest), and lanes hold a few NaN rows past the visible ones.
-AttnCase decode_seq(std::mt19937 &rng, int64_t n_head, int64_t n_head_kv, int64_t d, cpu::RowType t, int64_t n_vis,
-                    int64_t misalign = 0) {
+AttnCase decode_seq(std::mt19937 &rng, int64_t n_head, int64_t n_head_kv, int64_t d, cpu::KvRowTypes t,
+                    int64_t n_vis, int64_t misalign = 0) {
     const int64_t n_kv = n_vis + static_cast<int64_t>(rng() % 4);
     std::vector<int64_t> past(static_cast<size_t>(n_head_kv), n_vis - 1);
     const bool uneven = rng() % 2 == 0;
@@ -538,10 +570,10 @@ void check_multi(const std::vector<AttnCase> &cases, const std::vector<bool> &wi
         const AttnCase &c = cases[i];
         cpu::attention_decode(c.args(o1[i].data(), with_lse[i] ? lse1[i].data() : nullptr), pool);
         const std::string what = "sequence " + std::to_string(i) + " of " + std::to_string(n) + ": heads " +
-                                 std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " d=" +
-                                 std::to_string(c.head_dim) + " rows " + std::to_string(c.past[0] + 1) + " type " +
-                                 std::to_string(static_cast<int>(c.kv_type)) + " threads " +
-                                 std::to_string(pool.n_threads());
+                                 std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
+                                 " d=" + std::to_string(c.head_dim) + " rows " +
+                                 std::to_string(c.past[0] + 1) + " type " + cpu::row_type_name(c.kv_type) +
+                                 " threads " + std::to_string(pool.n_threads());
         EXPECT_EQ(0, std::memcmp(o[i].data(), o1[i].data(), o[i].size() * sizeof(float))) << what;
         // Without lse requested, neither kernel writes it (both stay NaN, which memcmp compares as bits).
         EXPECT_EQ(0, std::memcmp(lse[i].data(), lse1[i].data(), lse[i].size() * sizeof(float))) << what;
@@ -604,22 +636,31 @@ TEST(Attention, DecodeMultiManyLongSequencesGroupChunks) {
 }
 
 TEST(Attention, DecodeMultiMixedShapesAndRepeatedCalls) {
-    // Sequences of one call may differ in heads, head dim and row type; calls
-    // of growing and shrinking sizes reuse the scratch (a stale counter or
-    // partial region would show as a wrong sequence). n_seq = 0 does nothing.
+    // Sequences of one call may differ in heads, head dim and row types (K
+    // and V alike or not); calls of growing and shrinking sizes reuse the
+    // scratch (a stale counter or partial region would show as a wrong
+    // sequence). n_seq = 0 does nothing.
     std::mt19937 rng(56);
     ThreadPool pool(2);
     cpu::attention_decode_multi(nullptr, 0, pool);
     const Heads heads[] = {{9, 3}, {14, 2}, {7, 1}, {4, 4}};
-    const cpu::RowType types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0,
-                                   cpu::RowType::q4_0};
+    using cpu::RowType;
+    const cpu::KvRowTypes types[] = {RowType::f32,
+                                     RowType::f16,
+                                     RowType::bf16,
+                                     RowType::q8_0,
+                                     RowType::q4_0,
+                                     {RowType::q8_0, RowType::q4_0},
+                                     {RowType::f16, RowType::q8_0},
+                                     {RowType::q4_0, RowType::bf16}};
     for (int64_t n_seq : {17, 3, 1, 12, 17}) {
         std::vector<AttnCase> cases;
         std::vector<bool> with_lse;
         for (int64_t i = 0; i < n_seq; ++i) {
             const Heads hh = heads[rng() % 4];
             const int64_t d = rng() % 2 ? 64 : 128;
-            cases.push_back(decode_seq(rng, hh.n_head, hh.n_head_kv, d, types[rng() % 3], random_length(rng)));
+            cases.push_back(decode_seq(rng, hh.n_head, hh.n_head_kv, d, types[rng() % std::size(types)],
+                                       random_length(rng)));
             with_lse.push_back(rng() % 2 != 0);
         }
         check_multi(cases, with_lse, pool);

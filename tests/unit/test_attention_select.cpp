@@ -27,7 +27,7 @@ namespace {
 // line as the stores' lanes do.
 struct SelCase {
     int64_t n_head = 0, n_head_kv = 0, d = 0;
-    cpu::RowType type = cpu::RowType::f32;
+    cpu::KvRowTypes type = cpu::RowType::f32;  // K rows of type.k, V rows of type.v
     std::vector<int64_t> past;
     std::vector<float> q;
     std::vector<std::vector<float>> kf, vf;           // f32 values (what the reference widens)
@@ -38,7 +38,8 @@ struct SelCase {
     cpu::RowSpans spans;
     bool with_spans = false;
 
-    SelCase(std::mt19937 &rng, int64_t nh, int64_t nkv, int64_t dim, cpu::RowType t, std::vector<int64_t> p)
+    SelCase(std::mt19937 &rng, int64_t nh, int64_t nkv, int64_t dim, cpu::KvRowTypes t,
+            std::vector<int64_t> p)
         : n_head(nh), n_head_kv(nkv), d(dim), type(t), past(std::move(p)) {
         q = random_values(rng, static_cast<size_t>(nh * dim), 0.5f);
         for (int64_t g = 0; g < nkv; ++g) {
@@ -62,14 +63,16 @@ struct SelCase {
         for (int64_t g = 0; g < n_head_kv; ++g) {
             for (auto *src : {&kf[static_cast<size_t>(g)], &vf[static_cast<size_t>(g)]}) {
                 const int64_t n = static_cast<int64_t>(src->size()) / d;
-                std::vector<uint8_t> h = test::narrow_rows(type, src->data(), n, d);
-                if (type != cpu::RowType::f32)
-                    for (int64_t i = 0; i < n * d; ++i) (*src)[static_cast<size_t>(i)] = cpu::row_elem(type, h.data(), i);
+                const cpu::RowType t = src == &kf[static_cast<size_t>(g)] ? type.k : type.v;
+                std::vector<uint8_t> h = test::narrow_rows(t, src->data(), n, d);
+                if (t != cpu::RowType::f32)
+                    for (int64_t i = 0; i < n * d; ++i)
+                        (*src)[static_cast<size_t>(i)] = cpu::row_elem(t, h.data(), i);
                 (src == &kf[static_cast<size_t>(g)] ? k16 : v16).push_back(std::move(h));
             }
         }
         for (int64_t g = 0; g < n_head_kv; ++g) {
-            if (type == cpu::RowType::f32) {
+            if (type.k == cpu::RowType::f32) {  // f32 pairs with f32 only
                 k_ptr.push_back(aligned(kf[static_cast<size_t>(g)]));
                 v_ptr.push_back(aligned(vf[static_cast<size_t>(g)]));
             } else {
@@ -107,10 +110,13 @@ struct SelCase {
             std::vector<char> keep(static_cast<size_t>(past[static_cast<size_t>(g)] + 1), 0);
             for (int64_t i = 0; i < spans.n_spans(g); ++i)
                 for (int64_t r = spans.begin(g, i); r < spans.end(g, i); ++r) keep[static_cast<size_t>(r)] = 1;
-            const float *kp = type == cpu::RowType::f32 ? static_cast<const float *>(k_ptr[static_cast<size_t>(g)]) : nullptr;
+            const float *kp = type.k == cpu::RowType::f32
+                                  ? static_cast<const float *>(k_ptr[static_cast<size_t>(g)])
+                                  : nullptr;
             const std::vector<float> nan_row(static_cast<size_t>(d), NAN);
-            const std::vector<uint8_t> nan_bytes = test::narrow_rows(type, nan_row.data(), 1, d);
-            const size_t rb = nan_bytes.size();
+            const std::vector<uint8_t> nan_k = test::narrow_rows(type.k, nan_row.data(), 1, d);
+            const std::vector<uint8_t> nan_v = test::narrow_rows(type.v, nan_row.data(), 1, d);
+            const size_t kb = nan_k.size(), vb = nan_v.size();
             for (size_t r = 0; r < keep.size(); ++r) {
                 if (keep[r]) continue;
                 if (kp) {
@@ -120,8 +126,8 @@ struct SelCase {
                         const_cast<float *>(static_cast<const float *>(v_ptr[static_cast<size_t>(g)]))[i] = NAN;
                     }
                 } else {
-                    std::memcpy(k16[static_cast<size_t>(g)].data() + r * rb, nan_bytes.data(), rb);
-                    std::memcpy(v16[static_cast<size_t>(g)].data() + r * rb, nan_bytes.data(), rb);
+                    std::memcpy(k16[static_cast<size_t>(g)].data() + r * kb, nan_k.data(), kb);
+                    std::memcpy(v16[static_cast<size_t>(g)].data() + r * vb, nan_v.data(), vb);
                 }
             }
         }
@@ -180,8 +186,15 @@ std::string describe(const SelCase &c, int n_threads) {
     return s.str();
 }
 
-const cpu::RowType k_types[] = {cpu::RowType::f32, cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::q8_0,
-                                 cpu::RowType::q4_0};
+// The uniform types, and K and V of different types.
+const cpu::KvRowTypes k_types[] = {cpu::RowType::f32,
+                                   cpu::RowType::f16,
+                                   cpu::RowType::bf16,
+                                   cpu::RowType::q8_0,
+                                   cpu::RowType::q4_0,
+                                   {cpu::RowType::q8_0, cpu::RowType::q4_0},
+                                   {cpu::RowType::f16, cpu::RowType::q4_0}};
+constexpr size_t k_n_types = std::size(k_types);
 
 }  // namespace
 
@@ -194,7 +207,8 @@ TEST(AttentionSelect, AllRowsSelectedIsDenseBitForBit) {
         for (int rep = 0; rep < 24; ++rep) {
             const int64_t group = std::vector<int64_t>{1, 3, 7}[rep % 3], nkv = 1 + rep % 3;
             const int64_t d = rep % 4 == 3 ? 128 : 64;
-            SelCase c(rng, group * nkv, nkv, d, k_types[(rep / 3) % 5], random_past(rng, nkv, rep % 2 == 1));
+            SelCase c(rng, group * nkv, nkv, d, k_types[static_cast<size_t>(rep / 3) % k_n_types],
+                      random_past(rng, nkv, rep % 2 == 1));
             std::vector<float> o_dense(static_cast<size_t>(c.n_head * d)), lse_dense(static_cast<size_t>(c.n_head));
             cpu::attention_decode(c.args(o_dense.data(), lse_dense.data()), pool);
             std::vector<std::vector<std::pair<int64_t, int64_t>>> all;
@@ -225,7 +239,8 @@ TEST(AttentionSelect, SelectedRowsMatchTheReferenceAndNoOtherRowIsRead) {
         for (int rep = 0; rep < 36; ++rep) {
             const int64_t group = std::vector<int64_t>{1, 3, 7}[rep % 3], nkv = 1 + (rep / 3) % 3;
             const int64_t d = rep % 5 == 4 ? 128 : 64;
-            SelCase c(rng, group * nkv, nkv, d, k_types[rep % 5], random_past(rng, nkv, rep % 2 == 0));
+            SelCase c(rng, group * nkv, nkv, d, k_types[static_cast<size_t>(rep) % k_n_types],
+                      random_past(rng, nkv, rep % 2 == 0));
             std::vector<std::vector<std::pair<int64_t, int64_t>>> sel;
             for (int64_t p : c.past) sel.push_back(random_spans(rng, p + 1, units[(rep / 2) % 4]));
             c.select(sel);
@@ -258,7 +273,8 @@ TEST(AttentionSelect, MultiSequenceStepWithSelectionsEqualsEachAlone) {
     ThreadPool pool(2);
     std::vector<SelCase> cases;
     for (int i = 0; i < 11; ++i) {
-        cases.emplace_back(rng, 14, 2, 64, k_types[i % 5], random_past(rng, 2, i % 2 == 0));
+        cases.emplace_back(rng, 14, 2, 64, k_types[static_cast<size_t>(i) % k_n_types],
+                           random_past(rng, 2, i % 2 == 0));
         if (i % 3 != 2) {
             std::vector<std::vector<std::pair<int64_t, int64_t>>> sel;
             for (int64_t p : cases.back().past) sel.push_back(random_spans(rng, p + 1, 16));

@@ -161,7 +161,7 @@ TEST_F(PrefixCacheTest, APromptTokenAloneInItsChunkGivesTheBitsOfALongChunk) {
 TEST_F(PrefixCacheTest, CachedPagesAreReclaimedWithoutPreemption) {
     const KvShape shape = model_->kv_shape(1, cpu::RowType::f32);
     const int64_t lanes = shape.n_layer * shape.n_head_kv * 2;
-    const int64_t rows_per_page = 4096 / shape.row_bytes();  // 128
+    const int64_t rows_per_page = 4096 / shape.k_row_bytes();  // 128
     EngineOptions o;
     o.max_seqs = 2;
     o.max_ctx = 3 * rows_per_page;

@@ -184,12 +184,77 @@ TEST_F(KvQuantModel, RowsAreTheReferenceQuantizationAndErrorsFollowPrecision) {
     EXPECT_LT(err[1], err[2]);
 }
 
+TEST_F(KvQuantModel, MixedKAndVTypesStoreEachLaneInItsOwnType) {
+    // -ctk and -ctv of different types: layer 0's K lanes hold the reference
+    // quantizer's bytes of the f32 run's K rows in K's type, its V lanes
+    // those of the V rows in V's type (in both stores), and the logits stay
+    // finite and close to those of the uniform types they mix: q8_0 keys with
+    // q4_0 values err less than q4_0 for both.
+    std::mt19937 rng(406);
+    std::vector<int32_t> tokens(240);
+    for (int32_t &t : tokens) t = static_cast<int32_t>(rng() % k_vocab);
+    const int64_t n = static_cast<int64_t>(tokens.size()), d = 64, n_kv = model_->config().n_head_kv;
+    auto exact = ContiguousKv::create(model_->kv_shape(1, cpu::RowType::f32), n);
+    ASSERT_TRUE(exact.ok());
+    const std::vector<float> ref = run(**exact, tokens, 150);
+    const auto mean_err = [&](const std::vector<float> &l) {
+        double e = 0;
+        for (size_t j = 0; j < l.size(); ++j) e += std::fabs(l[j] - ref[j]) / static_cast<double>(l.size());
+        return e;
+    };
+    using cpu::RowType;
+    for (const cpu::KvRowTypes t :
+         {cpu::KvRowTypes{RowType::q8_0, RowType::q4_0}, cpu::KvRowTypes{RowType::f16, RowType::q8_0},
+          cpu::KvRowTypes{RowType::q4_0, RowType::bf16}}) {
+        SCOPED_TRACE(cpu::row_type_name(t));
+        const KvShape shape = model_->kv_shape(1, t);
+        EXPECT_EQ(shape.k_row_bytes(), cpu::row_bytes(t.k, d));
+        EXPECT_EQ(shape.v_row_bytes(), cpu::row_bytes(t.v, d));
+        auto contig = ContiguousKv::create(shape, n);
+        ASSERT_TRUE(contig.ok()) << contig.status().message();
+        VAttentionKvOptions o;
+        o.shape = shape;
+        o.max_ctx = n;
+        o.pool.page_bytes = 4096;  // rows of both types straddle pages
+        o.pool.budget_bytes = int64_t{16} << 20;
+        auto lanes = VAttentionKv::create(o);
+        ASSERT_TRUE(lanes.ok()) << lanes.status().message();
+        std::vector<float> logits[2];
+        KvCache *stores[] = {contig->get(), lanes->get()};
+        for (int si = 0; si < 2; ++si) {
+            logits[si] = run(*stores[si], tokens, 150);
+            for (float x : logits[si]) ASSERT_TRUE(std::isfinite(x));
+            for (int64_t g = 0; g < n_kv; ++g)
+                for (int kv_i = 0; kv_i < 2; ++kv_i) {
+                    const float *x = static_cast<const float *>(kv_i ? (*exact)->v_data(0, 0, g)
+                                                                     : (*exact)->k_data(0, 0, g));
+                    const std::vector<uint8_t> want = test::narrow_rows(kv_i ? t.v : t.k, x, n, d);
+                    const void *got = kv_i ? stores[si]->v_data(0, 0, g) : stores[si]->k_data(0, 0, g);
+                    ASSERT_EQ(0, std::memcmp(want.data(), got, want.size()))
+                        << (si ? "lane store, " : "contiguous store, ") << (kv_i ? "V" : "K")
+                        << " lane of layer 0, kv head " << g;
+                }
+        }
+        EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)))
+            << "the two stores give the same bits";
+        if (t == cpu::KvRowTypes{RowType::q8_0, RowType::q4_0}) {
+            auto q4 = ContiguousKv::create(model_->kv_shape(1, RowType::q4_0), n);
+            ASSERT_TRUE(q4.ok());
+            EXPECT_LT(mean_err(logits[0]), mean_err(run(**q4, tokens, 150)));
+            EXPECT_GT(mean_err(logits[0]), 0.0);
+        }
+    }
+}
+
 TEST_F(KvQuantModel, BothStoresGiveTheSameBitsThroughCompaction) {
     // The lane store over pages of 4 KiB: 68- and 36-byte rows straddle page
     // boundaries, compaction moves them as bytes; the contiguous store is the
     // oracle. Logits after a prefill, a compaction of every lane to a random
     // subset, and decode steps are equal bit for bit.
-    for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0}) {
+    using cpu::RowType;
+    for (cpu::KvRowTypes t :
+         {cpu::KvRowTypes(RowType::q8_0), cpu::KvRowTypes(RowType::q4_0),
+          cpu::KvRowTypes(RowType::q8_0, RowType::q4_0), cpu::KvRowTypes(RowType::q4_0, RowType::f16)}) {
         std::mt19937 rng(405);
         std::vector<int32_t> tokens(260);
         for (int32_t &x : tokens) x = static_cast<int32_t>(rng() % k_vocab);
@@ -251,20 +316,28 @@ TEST(KvQuant, DefaultPagesHoldWholeRows) {
     s.head_dim = 64;
     const int64_t k64 = VAttentionKv::k_default_page_bytes;
     struct Case {
-        cpu::RowType type;
+        cpu::KvRowTypes type;
         int64_t head_dim, page;
     };
+    using cpu::RowType;
     // f16 / f32 rows divide 64 KiB; q8_0 rows of 64 are 68 bytes (lcm with
     // 4 KiB: 68 KiB), q4_0 36 (lcm 36 KiB, so 72 KiB); odd f16 heads too.
-    for (const Case c : {Case{cpu::RowType::f16, 64, k64}, Case{cpu::RowType::f32, 64, k64},
-                         Case{cpu::RowType::q8_0, 64, 68 << 10}, Case{cpu::RowType::q4_0, 64, 72 << 10},
-                         Case{cpu::RowType::q8_0, 128, 68 << 10}, Case{cpu::RowType::q4_0, 128, 72 << 10},
-                         Case{cpu::RowType::f16, 80, 80 << 10}, Case{cpu::RowType::f16, 96, 72 << 10}}) {
+    // K and V of different types: the page holds whole rows of both (q8_0
+    // with q4_0: lcm(68, 36, 4096) = 612 KiB).
+    for (const Case c :
+         {Case{RowType::f16, 64, k64}, Case{RowType::f32, 64, k64}, Case{RowType::q8_0, 64, 68 << 10},
+          Case{RowType::q4_0, 64, 72 << 10}, Case{RowType::q8_0, 128, 68 << 10},
+          Case{RowType::q4_0, 128, 72 << 10}, Case{RowType::f16, 80, 80 << 10},
+          Case{RowType::f16, 96, 72 << 10}, Case{{RowType::q8_0, RowType::q4_0}, 64, 612 << 10},
+          Case{{RowType::q8_0, RowType::q4_0}, 128, 612 << 10},
+          Case{{RowType::f16, RowType::q8_0}, 64, 68 << 10},
+          Case{{RowType::q4_0, RowType::bf16}, 64, 72 << 10}, Case{{RowType::bf16, RowType::f16}, 64, k64}}) {
         s.type = c.type;
         s.head_dim = c.head_dim;
         const int64_t pb = VAttentionKv::page_bytes_for(s, 0);
         EXPECT_EQ(pb, c.page) << cpu::row_type_name(c.type) << " x " << c.head_dim;
-        EXPECT_EQ(pb % s.row_bytes(), 0);
+        EXPECT_EQ(pb % s.k_row_bytes(), 0);
+        EXPECT_EQ(pb % s.v_row_bytes(), 0);
         EXPECT_EQ(pb % 4096, 0);
         EXPECT_EQ("", VAttentionKv::prefix_block_check(s, pb, 16)) << cpu::row_type_name(c.type);
         EXPECT_EQ(VAttentionKv::page_bytes_for(s, 4096), 4096) << "a page size given by hand is kept";
@@ -284,7 +357,9 @@ TEST(KvQuant, DefaultPagesHoldWholeRows) {
 TEST_F(KvQuantModel, PrefixCacheHitsGiveTheBitsOfAFullPrefill) {
     auto tok = Tokenizer::from_gguf(*file_);
     ASSERT_TRUE(tok.ok()) << tok.status().message();
-    for (cpu::RowType t : {cpu::RowType::q8_0, cpu::RowType::q4_0}) {
+    using cpu::RowType;
+    for (cpu::KvRowTypes t : {cpu::KvRowTypes(RowType::q8_0), cpu::KvRowTypes(RowType::q4_0),
+                              cpu::KvRowTypes(RowType::q8_0, RowType::q4_0)}) {
         SCOPED_TRACE(cpu::row_type_name(t));
         EngineOptions o;
         o.n_threads = 2;
@@ -327,7 +402,9 @@ TEST_F(KvQuantModel, PrefixCacheHitsGiveTheBitsOfAFullPrefill) {
         (*e)->shutdown(true);
         const EngineStats st = (*e)->stats();
         EXPECT_TRUE(st.prefix_cache);
-        EXPECT_EQ(st.kv_page_bytes, t == cpu::RowType::q8_0 ? 68 << 10 : 72 << 10);
+        EXPECT_EQ(st.kv_page_bytes, t == cpu::KvRowTypes(RowType::q8_0)   ? 68 << 10
+                                    : t == cpu::KvRowTypes(RowType::q4_0) ? 72 << 10
+                                                                          : 612 << 10);
         EXPECT_EQ(st.kv_pages_used, 0);
         (*plain)->shutdown(true);
     }

@@ -94,7 +94,7 @@ TEST_P(KvSummaryStores, FollowAppendsCompactionsRollbacksAndSwaps) {
     VAttentionKv &lanes = *v.value();
 
     std::mt19937 rng(83 + static_cast<int>(t));
-    const int64_t rb = shape.row_bytes();
+    const int64_t rb = shape.k_row_bytes();
     const auto check = [&](const char *what, int step) {
         for (KvCache *kv : stores)
             for (int s = 0; s < shape.n_seq; ++s)

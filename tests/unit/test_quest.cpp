@@ -99,7 +99,7 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
     const int64_t d = kv.shape().head_dim, unit = p.page, newest = (n + unit - 1) / unit - 1;
     const int64_t n_logical = summary_pages(n - 1);
     std::vector<uint16_t> summary(static_cast<size_t>(n_logical * 2 * d));
-    summarize_lane_ref(kv.shape().type, kv.k_data(0, layer, g), n - 1, d, summary.data());
+    summarize_lane_ref(kv.shape().type.k, kv.k_data(0, layer, g), n - 1, d, summary.data());
     std::vector<float> logical(static_cast<size_t>(n_logical));
     cpu::PageScoreArgs a;
     a.q = q + g * group * d;

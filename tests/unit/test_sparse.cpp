@@ -507,7 +507,8 @@ TEST_F(SparseModelTest, ConcurrentRandomPoliciesCancellationsAndPreemption) {
         o.kv_policy = policy("snapkv:keep=0.5");
         o.kv_type = cpu::RowType::f32;  // 128 rows a page: growth crosses pages often
         const KvShape shape = model_->kv_shape(1, o.kv_type);
-        o.kv_memory_bytes = shape.n_layer * shape.n_head_kv * 2 * ((520 * shape.row_bytes() + 4095) / 4096) * 4096;
+        o.kv_memory_bytes =
+            shape.n_layer * shape.n_head_kv * 2 * ((520 * shape.k_row_bytes() + 4095) / 4096) * 4096;
         auto e = make_engine(o);
         std::mt19937 rng(99 + static_cast<uint32_t>(swap & 1));
         Collector col;

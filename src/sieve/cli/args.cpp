@@ -143,7 +143,7 @@ std::string model_cache_dir() {
 
 std::string default_model_path() { return model_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
-Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::RowType *out) {
+Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::KvRowTypes *out) {
     cpu::RowType k = cpu::RowType::f16, v = cpu::RowType::f16;
     if (!type_k.empty() && !cpu::row_type_parse(type_k, &k))
         return Status::errorf("--cache-type-k: expected %s, got '%s'", cpu::row_type_names(), type_k.c_str());
@@ -151,12 +151,13 @@ Status parse_cache_types(const std::string &type_k, const std::string &type_v, c
         return Status::errorf("--cache-type-v: expected %s, got '%s'", cpu::row_type_names(), type_v.c_str());
     if (type_k.empty()) k = v;
     if (type_v.empty()) v = k;
-    if (k != v) {
-        return Status::errorf("--cache-type-k %s and --cache-type-v %s differ: sieve keeps K and V rows in one type; "
-                              "give the same type to both",
-                              cpu::row_type_name(k), cpu::row_type_name(v));
+    if (k != v && (k == cpu::RowType::f32 || v == cpu::RowType::f32)) {
+        return Status::errorf(
+            "--cache-type-k %s with --cache-type-v %s: f32 rows (the exact oracle) go with f32 "
+            "only; give f32 to both, or f16, bf16, q8_0 or q4_0 to each",
+            cpu::row_type_name(k), cpu::row_type_name(v));
     }
-    *out = k;
+    *out = cpu::KvRowTypes(k, v);
     return Status();
 }
 

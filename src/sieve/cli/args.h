@@ -66,11 +66,11 @@ std::vector<std::string> split_commas(const std::string &text);
 // "a, b, c": lists of names in help texts and errors.
 std::string join_names(const std::vector<std::string> &names);
 
-// The KV row type from llama.cpp's --cache-type-k / --cache-type-v values
-// ("" = not given): f16 by default; f32 (the oracle) and bf16 on request.
-// sieve keeps K and V in one type, so two different given types are an error
-// that says so.
-Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::RowType *out);
+// The K and V row types from llama.cpp's --cache-type-k / --cache-type-v
+// values ("" = not given): f16 by default; one given alone sets both (so
+// `-ctk q8_0` quantizes the whole cache); both given may differ (q8_0 K with
+// q4_0 V), except f32, the oracle, which pairs with f32 only.
+Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::KvRowTypes *out);
 
 // --kv-policy NAME[:key=value,...] or @FILE.json: one policy (null for dense);
 // errors name the flag and say what was wrong (sparse/policy_spec.h).

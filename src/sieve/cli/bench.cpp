@@ -59,7 +59,7 @@ struct BenchOptions {
     BenchFormat format = BenchFormat::md;
     double bandwidth_gbps = 0;  // 0 = measure
     std::string kv = "vattention";
-    cpu::RowType kv_type = cpu::RowType::f16;  // -ctk / -ctv
+    cpu::KvRowTypes kv_type = cpu::RowType::f16;  // -ctk / -ctv
     int64_t kv_memory = 0;           // --kv-memory; 0 = what the test needs
     int64_t kv_page = 64 * 1024;     // --kv-page-size
     bool mmap = false;               // -mmp 1 / --mmap: weights stay in the file mapping
@@ -94,7 +94,8 @@ void print_usage(FILE *out) {
         "      --kv-memory SIZE        KV page pool, e.g. 512MiB (default: what depth + test need)\n"
         "      --kv-page-size SIZE     KV page size, 4KiB .. 2MiB, a multiple of 4KiB (default 64KiB)\n"
         "  -ctk, --cache-type-k T      KV row type: f16 (default), bf16, f32 (exact), q8_0, q4_0\n"
-        "  -ctv, --cache-type-v T      the same for V (sieve keeps K and V in one type)\n"
+        "  -ctv, --cache-type-v T      V row type (default: as -ctk, which alone sets both;\n"
+        "                              K and V may differ, e.g. -ctk q8_0 -ctv q4_0)\n"
         "      --kv-policy P           KV policy, NAME[:key=value,...] or @FILE.json (default dense):\n"
         "                              the depth fill is the prompt it compresses (once per depth,\n"
         "                              then restored for every run); tg steps run its decode point\n"
@@ -241,7 +242,8 @@ struct ModelFacts {
     int64_t kv_bytes_per_pos = 0;   // K + V bytes of one position over all layers
 };
 
-ModelFacts model_facts(const std::string &path, const GgufFile &file, const Model &model, cpu::RowType kv_type) {
+ModelFacts model_facts(const std::string &path, const GgufFile &file, const Model &model,
+                       cpu::KvRowTypes kv_type) {
     ModelFacts m;
     m.filename = path;
     const ModelConfig &c = model.config();
@@ -261,7 +263,8 @@ ModelFacts model_facts(const std::string &path, const GgufFile &file, const Mode
     const std::string size = p >= 1e9 ? strfmt("%.1fB", p / 1e9) : p >= 1e6 ? strfmt("%.0fM", p / 1e6) : strfmt("%.0fK", p / 1e3);
     m.type_desc = strfmt("%s %s %s", c.arch == ModelArch::qwen2 ? "qwen2" : "llama", size.c_str(),
                          type_name(static_cast<GgmlType>(main_type)));
-    m.kv_bytes_per_pos = c.n_layer * c.n_head_kv * 2 * cpu::row_bytes(kv_type, c.head_dim);
+    m.kv_bytes_per_pos = c.n_layer * c.n_head_kv *
+                         (cpu::row_bytes(kv_type.k, c.head_dim) + cpu::row_bytes(kv_type.v, c.head_dim));
     return m;
 }
 
@@ -457,9 +460,10 @@ Result<std::unique_ptr<KvCache>> make_kv(const BenchOptions &bo, const Model &mo
         o.pool.page_bytes = bo.kv_page;
         // By default the pool holds the whole context plus a few pages of
         // slack per lane (rows straddle pages; headroom maps one page ahead).
-        const int64_t lanes = shape.n_seq * shape.n_layer * shape.n_head_kv * 2;
-        const int64_t row_bytes = shape.row_bytes();
-        o.pool.budget_bytes = bo.kv_memory > 0 ? bo.kv_memory : lanes * (n_ctx * row_bytes + 3 * bo.kv_page);
+        const int64_t pairs = shape.n_seq * shape.n_layer * shape.n_head_kv;
+        o.pool.budget_bytes =
+            bo.kv_memory > 0 ? bo.kv_memory
+                             : pairs * (n_ctx * (shape.k_row_bytes() + shape.v_row_bytes()) + 6 * bo.kv_page);
         Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(o);
         if (!kv.ok()) return kv.status();
         return std::unique_ptr<KvCache>(std::move(kv.value()));
@@ -527,7 +531,8 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                     row.n_threads = static_cast<int>(n_threads);
                     row.kv_store = o.kv;
                     row.kv_policy = o.kv_policy ? o.kv_policy->name() : "dense";
-                    row.type_k = row.type_v = cpu::row_type_name(o.kv_type);
+                    row.type_k = cpu::row_type_name(o.kv_type.k);
+                    row.type_v = cpu::row_type_name(o.kv_type.v);
                     row.use_mmap = o.mmap;
                     row.huge_frac = huge_frac;
                     row.n_prompt = t.n_prompt;

@@ -80,7 +80,8 @@ void eval_usage(FILE *out) {
         "  -np, --parallel N         samples decoded together (default 8)\n"
         "  -t, --threads N           compute threads (default: every core)\n"
         "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32, q8_0, q4_0\n"
-        "  -ctv, --cache-type-v T    the same for V (sieve keeps K and V in one type)\n"
+        "  -ctv, --cache-type-v T    V row type (default: as -ctk, which alone sets both;\n"
+        "                            K and V may differ, e.g. -ctk q8_0 -ctv q4_0)\n"
         "  --ref-cache-type T        KV row type of the dense reference (default: as -ctk);\n"
         "                            f32 makes it the exact oracle\n"
         "  --kv-memory BYTES         KV pool per run (default: -np full contexts)\n"
@@ -217,9 +218,13 @@ Status parse_options(int argc, char **argv, EvalOptions *o) {
     }
     SIEVE_TRY(parse_cache_types(o->type_k, o->type_v, &p.engine.kv_type));
     p.ref_kv_type = p.engine.kv_type;
-    if (!o->ref_type.empty() && !cpu::row_type_parse(o->ref_type, &p.ref_kv_type))
-        return Status::errorf("--ref-cache-type: expected %s, got '%s'", cpu::row_type_names(),
-                              o->ref_type.c_str());
+    if (!o->ref_type.empty()) {  // one type for the reference's K and V
+        cpu::RowType t = cpu::RowType::f16;
+        if (!cpu::row_type_parse(o->ref_type, &t))
+            return Status::errorf("--ref-cache-type: expected %s, got '%s'", cpu::row_type_names(),
+                                  o->ref_type.c_str());
+        p.ref_kv_type = t;
+    }
     return Status();
 }
 

@@ -160,7 +160,7 @@ void print_config(const ModelConfig &c) {
     std::printf("  qkv bias        %s\n", c.has_qkv_bias ? "yes" : "no");
 }
 
-void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx, cpu::RowType type) {
+void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx, cpu::KvRowTypes type) {
     uint64_t weights = 0;
     for (const GgufTensor &t : f.tensors()) weights += t.n_bytes;  // each bounded by the file size
     const int64_t per_tok_f32 = c.kv_bytes_per_token(4), per_tok_f16 = c.kv_bytes_per_token(2);
@@ -168,10 +168,13 @@ void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx, cpu::R
     std::printf("  weights                 %s\n", human_bytes(weights).c_str());
     std::printf("  KV per token            %s (f32), %s (f16)\n", human_bytes(static_cast<uint64_t>(per_tok_f32)).c_str(),
                 human_bytes(static_cast<uint64_t>(per_tok_f16)).c_str());
-    if (type != cpu::RowType::f32 && type != cpu::RowType::f16 && cpu::row_type_fits(type, c.head_dim))
+    if (type != cpu::KvRowTypes(cpu::RowType::f32) && type != cpu::KvRowTypes(cpu::RowType::f16) &&
+        cpu::row_type_fits(type, c.head_dim)) {
+        const int64_t per_tok = c.n_layer * c.n_head_kv *
+                                (cpu::row_bytes(type.k, c.head_dim) + cpu::row_bytes(type.v, c.head_dim));
         std::printf("  KV per token            %s (%s)\n",
-                    human_bytes(static_cast<uint64_t>(2 * c.n_layer * c.n_head_kv * cpu::row_bytes(type, c.head_dim))).c_str(),
-                    cpu::row_type_name(type));
+                    human_bytes(static_cast<uint64_t>(per_tok)).c_str(), cpu::row_type_name(type));
+    }
     auto kv_line = [&](const char *what, int64_t n) {
         // n <= 2^31 and per-token bytes <= 2^45 for validated configs: no overflow.
         std::printf("  KV %-20s %s (f32), %s (f16)\n", what, human_bytes(static_cast<uint64_t>(n * per_tok_f32)).c_str(),
@@ -240,7 +243,7 @@ int cmd_info(int argc, char **argv) {
             return k_exit_usage;
         }
     }
-    cpu::RowType kv_type = cpu::RowType::f16;
+    cpu::KvRowTypes kv_type = cpu::RowType::f16;
     if (Status st = parse_cache_types(type_k, type_v, &kv_type); !st.ok()) {
         std::fprintf(stderr, "sieve info: %s\n", st.message().c_str());
         return k_exit_usage;

@@ -136,9 +136,11 @@ public:
                 SIEVE_TRY(policy_->after_decode(context()).with_context("KV policy " + policy_->name()));
             ++stats_.n_decode;
             // This step read every weight and the K/V rows of n_past() tokens.
-            stats_.decode_bytes += static_cast<double>(model_.weight_bytes()) +
-                                   static_cast<double>(2 * model_.config().n_layer * model_.config().n_head_kv * kv_.shape().row_bytes()) *
-                                       static_cast<double>(n_past());
+            stats_.decode_bytes +=
+                static_cast<double>(model_.weight_bytes()) +
+                static_cast<double>(model_.config().n_layer * model_.config().n_head_kv *
+                                    (kv_.shape().k_row_bytes() + kv_.shape().v_row_bytes())) *
+                    static_cast<double>(n_past());
         }
         const std::string tail = detok.finish();
         text += tail;
@@ -301,7 +303,7 @@ int cmd_run(int argc, char **argv) {
     // The KV lives in vAttention lanes over a page pool (docs/kv-memory.md);
     // by default the pool holds the whole context of every lane plus a page of
     // headroom each, so only --kv-memory can make it run short.
-    cpu::RowType kv_type = cpu::RowType::f16;
+    cpu::KvRowTypes kv_type = cpu::RowType::f16;
     if (Status st = parse_cache_types(o.cache_type_k, o.cache_type_v, &kv_type); !st.ok()) {
         std::fprintf(stderr, "sieve run: %s\n", st.message().c_str());
         return k_exit_usage;
@@ -310,10 +312,13 @@ int cmd_run(int argc, char **argv) {
     kvo.shape = (*model)->kv_shape(1, kv_type);
     kvo.max_ctx = n_ctx;
     kvo.pool.page_bytes = o.kv_page;
-    const int64_t n_lanes = kvo.shape.n_layer * kvo.shape.n_head_kv * 2;
-    const int64_t lane_bytes = n_ctx * kvo.shape.row_bytes();
-    kvo.pool.budget_bytes = o.kv_memory > 0 ? o.kv_memory
-                                            : n_lanes * ((lane_bytes + o.kv_page - 1) / o.kv_page + 1) * o.kv_page;
+    const int64_t n_pairs = kvo.shape.n_layer * kvo.shape.n_head_kv;
+    const int64_t k_lane = n_ctx * kvo.shape.k_row_bytes(), v_lane = n_ctx * kvo.shape.v_row_bytes();
+    kvo.pool.budget_bytes =
+        o.kv_memory > 0
+            ? o.kv_memory
+            : n_pairs * ((k_lane + o.kv_page - 1) / o.kv_page + (v_lane + o.kv_page - 1) / o.kv_page + 2) *
+                  o.kv_page;
     Result<std::unique_ptr<VAttentionKv>> kv = VAttentionKv::create(kvo);
     if (!kv.ok()) return fail(kv.status().with_context("KV cache for -c " + std::to_string(n_ctx)));
     const int64_t n_batch = std::min(o.n_batch, n_ctx);

@@ -55,7 +55,7 @@ struct EngineOptions {
     // KV page (--kv-page-size); 0 = VAttentionKv::page_bytes_for's choice:
     // 64 KiB, or the nearest size above that holds whole quantized rows.
     int64_t kv_page_bytes = 0;
-    cpu::RowType kv_type = cpu::RowType::f16;  // K/V row type (--cache-type-k/-v); f32 = the oracle
+    cpu::KvRowTypes kv_type = cpu::RowType::f16;  // K and V row types (--cache-type-k/-v); f32 = the oracle
     KvPolicyPtr kv_policy;                     // null = dense (keep every row)
     int64_t swap_bytes = int64_t{4} << 30;     // host memory for preempted sequences' KV (--swap-space); 0 = recompute only
     int max_waiting = 256;          // queue limit; submit() past it fails (HTTP 429/503)

@@ -84,7 +84,7 @@ struct CalibrateOptions {
     int64_t tail = 64;        // answer_kl: prompt tokens before the answer that are rerun restricted too
     int64_t rounds = 1;       // answer_kl: greedy rounds (1: each head scored alone)
     double greedy_static = 0.5;  // answer_kl, rounds > 1: the fraction of KV heads the rounds choose
-    cpu::RowType kv_type = cpu::RowType::f16;
+    cpu::KvRowTypes kv_type = cpu::RowType::f16;
     TaskOptions task_opt;     // n_needles and the rest; n_tokens, seed and depth are set per sample
 };
 

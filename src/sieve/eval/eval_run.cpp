@@ -216,7 +216,7 @@ void score_free(EvalSampleResult *r, const CellSample &cs, const Job &free_run) 
 
 // Dense at the reference's KV type decodes exactly as the reference did, so
 // its free run would repeat the reference run: its accuracy is the reference's.
-bool reuses_reference(const KvPolicyPtr &policy, cpu::RowType kv_type, const EvalPlan &plan) {
+bool reuses_reference(const KvPolicyPtr &policy, cpu::KvRowTypes kv_type, const EvalPlan &plan) {
     return !policy && kv_type == plan.ref_kv_type;
 }
 
@@ -229,7 +229,7 @@ bool reuses_reference(const KvPolicyPtr &policy, cpu::RowType kv_type, const Eva
 class WorkModel {
   public:
     WorkModel(const Model &model, const EvalPlan &plan) : plan_(plan) {
-        for (cpu::RowType t : {plan.ref_kv_type, plan.engine.kv_type}) {
+        for (cpu::KvRowTypes t : {plan.ref_kv_type, plan.engine.kv_type}) {
             const KvShape shape = model.kv_shape(plan.engine.max_seqs, t);
             const int64_t page = VAttentionKv::page_bytes_for(shape, plan.engine.kv_page_bytes);
             if (VAttentionKv::prefix_block_check(shape, page, plan.engine.prefix_block).empty())
@@ -240,7 +240,7 @@ class WorkModel {
     // A policy row's forced run (free = false) or free run (free = true).
     // A free run maps the prompt its row's forced run left in the cache
     // (whatever namespace that is in) where the type can be cached at all.
-    double row(const KvPolicyPtr &policy, cpu::RowType type, int64_t ctx, int64_t gen, bool free) const {
+    double row(const KvPolicyPtr &policy, cpu::KvRowTypes type, int64_t ctx, int64_t gen, bool free) const {
         const bool cacheable =
             plan_.share_prefill && std::find(cacheable_.begin(), cacheable_.end(), type) != cacheable_.end();
         if (free) return static_cast<double>(cacheable ? gen : ctx + gen);
@@ -253,7 +253,7 @@ class WorkModel {
 
   private:
     const EvalPlan &plan_;
-    std::vector<cpu::RowType> cacheable_;
+    std::vector<cpu::KvRowTypes> cacheable_;
 };
 
 // The engine a run uses. Sharing (plan.share_prefill): one engine alive at
@@ -268,7 +268,7 @@ class CellEngines {
 
     void next_group() { engine_.reset(); }
 
-    Result<Engine *> get(cpu::RowType kv_type) {
+    Result<Engine *> get(cpu::KvRowTypes kv_type) {
         if (engine_ && plan_.share_prefill && kv_type == type_) return engine_.get();
         engine_.reset();  // one KV pool and one thread pool at a time
         EngineOptions eo = eo_;
@@ -305,7 +305,7 @@ class CellEngines {
     const EvalPlan &plan_;
     const EngineOptions eo_;
     std::unique_ptr<Engine> engine_;
-    cpu::RowType type_ = cpu::RowType::f16;
+    cpu::KvRowTypes type_ = cpu::RowType::f16;
 };
 
 // A row's runs over a cell, summed over its groups of samples.
@@ -337,7 +337,7 @@ void count_done(const CellContext &c, int64_t n, double work, const std::string 
 
 // Runs the jobs on the engine for kv_type, each counted as `work` estimated
 // tokens when it finishes; adds its peak and wall time to *run.
-Status run_on(const CellContext &c, cpu::RowType kv_type, std::vector<Job> &jobs, double work,
+Status run_on(const CellContext &c, cpu::KvRowTypes kv_type, std::vector<Job> &jobs, double work,
               const std::string &what, RowRun *run) {
     Result<Engine *> engine = c.engines->get(kv_type);
     if (!engine.ok()) return engine.status();
@@ -579,7 +579,7 @@ Result<EvalResult> eval_run(const Model &model, const Tokenizer &tok, const Chat
             progress.requests_total += plan.n_samples;
             progress.work_total += n * work.reference(ctx, gen);
             for (size_t r = 0; r < policies.size(); ++r) {
-                const cpu::RowType type = plan.engine.kv_type;
+                const cpu::KvRowTypes type = plan.engine.kv_type;
                 progress.requests_total += plan.n_samples;
                 progress.work_total += n * work.row(policies[r], type, ctx, gen, false);
                 if (task == "ppl" || reuses_reference(policies[r], type, plan)) continue;

@@ -62,7 +62,7 @@ struct EvalPlan {
     std::vector<double> depths;          // needle depths cycled over samples; empty = spread over [0, 1]
     std::vector<KvPolicySpec> policies;  // under test; the dense reference always runs too
     EngineOptions engine;                // every run's options (kv_type, threads, slots, pool)
-    cpu::RowType ref_kv_type = cpu::RowType::f16;  // the reference's KV rows (--ref-cache-type)
+    cpu::KvRowTypes ref_kv_type = cpu::RowType::f16;  // the reference's KV rows (--ref-cache-type)
     int64_t max_tokens = 0;                        // generated tokens; 0 = the task's (eval_task_max_tokens)
     int64_t ppl_tokens = 256;                      // ppl: forced tail scored for perplexity
     TaskOptions task;                              // n_needles, vt_* and ppl_dir; the rest is set per sample
@@ -110,7 +110,7 @@ struct EvalCellRun {
 
 struct EvalRow {
     std::string policy;  // spec label; "dense (reference)" for row 0
-    cpu::RowType kv_type = cpu::RowType::f16;
+    cpu::KvRowTypes kv_type = cpu::RowType::f16;
     bool reference = false;
 };
 

@@ -18,7 +18,9 @@ Result<std::unique_ptr<ContiguousKv>> ContiguousKv::create(const KvShape &shape,
     if (!cpu::row_type_fits(shape.type, shape.head_dim)) return row_type_error(shape);
     // Total bytes: n_seq * n_layer * n_head_kv * 2 * lane bytes, checked step by step.
     int64_t lane_bytes = 0;
-    if (__builtin_mul_overflow(n_ctx, shape.row_bytes(), &lane_bytes) || lane_bytes > (INT64_MAX / 8)) {
+    // K and V lanes alike sized by the wider row (the types may differ).
+    if (__builtin_mul_overflow(n_ctx, std::max(shape.k_row_bytes(), shape.v_row_bytes()), &lane_bytes) ||
+        lane_bytes > (INT64_MAX / 8)) {
         return Status::errorf("KV cache: %lld tokens overflow the address space; lower -c",
                               static_cast<long long>(n_ctx));
     }
@@ -132,7 +134,7 @@ void ContiguousKv::clear(int seq) {
 Status ContiguousKv::compact(int seq, int64_t layer, int64_t kv_head, const int32_t *keep_rows, int64_t n_keep) {
     const size_t l = lane_index(seq, layer, kv_head);
     SIEVE_TRY(kv_check_keep_list(seq, layer, kv_head, rows_[l], keep_rows, n_keep));
-    const int64_t rb = shape_.row_bytes();
+    const int64_t kb = shape_.k_row_bytes(), vb = shape_.v_row_bytes();
     uint8_t *k = lane(seq, layer, kv_head, 0), *v = lane(seq, layer, kv_head, 1);
     int32_t *pos = positions(seq, layer, kv_head);
     int64_t i0 = 0;  // rows before i0 stay where they are
@@ -142,8 +144,8 @@ Status ContiguousKv::compact(int seq, int64_t layer, int64_t kv_head, const int3
     for (int64_t i = i0; i < n_keep; ++i) {
         const int64_t r = keep_rows[i];
         if (r == i) continue;
-        std::memmove(k + i * rb, k + r * rb, static_cast<size_t>(rb));
-        std::memmove(v + i * rb, v + r * rb, static_cast<size_t>(rb));
+        std::memmove(k + i * kb, k + r * kb, static_cast<size_t>(kb));
+        std::memmove(v + i * vb, v + r * vb, static_cast<size_t>(vb));
         if (pos) pos[i] = pos[r];
     }
     rows_[l] = n_keep;

@@ -5,8 +5,8 @@
 // oracle the lane stores are tested against.
 //
 // Layout (lane = [n_ctx, head_dim]):
-//   data      = [seq][layer][kv_head][K | V][n_ctx][head_dim] of shape.type (lanes 64-byte aligned)
-//   positions = [seq][layer][kv_head][n_ctx]        (only with_positions)
+//   data      = [seq][layer][kv_head][K | V][n_ctx][head_dim] of shape.type.k | .v (lanes 64-byte aligned,
+//   sized by the wider row) positions = [seq][layer][kv_head][n_ctx]        (only with_positions)
 #pragma once
 
 #include <cstdint>

@@ -48,7 +48,7 @@ LaneSummary *KvCache::summary_of(int seq, int64_t layer, int64_t kv_head) {
 const uint16_t *KvCache::k_summaries(int seq, int64_t layer, int64_t kv_head) {
     summaries_wanted_ = true;
     return summary_of(seq, layer, kv_head)
-        ->update(shape().type, k_data(seq, layer, kv_head), n_rows(seq, layer, kv_head), shape().head_dim);
+        ->update(shape().type.k, k_data(seq, layer, kv_head), n_rows(seq, layer, kv_head), shape().head_dim);
 }
 
 int64_t KvCache::summary_bytes() const {
@@ -78,10 +78,12 @@ void KvCache::summaries_reset(int seq) {
 namespace sieve {
 
 Status row_type_error(const KvShape &s) {
-    return Status::errorf("KV rows of type %s need head_dim to be a multiple of %lld; this model's head_dim is %lld "
-                          "(use f16, bf16 or f32)",
-                          cpu::row_type_name(s.type), static_cast<long long>(cpu::row_type_block(s.type)),
-                          static_cast<long long>(s.head_dim));
+    const cpu::RowType t = cpu::row_type_fits(s.type.k, s.head_dim) ? s.type.v : s.type.k;
+    return Status::errorf(
+        "KV rows of type %s need head_dim to be a multiple of %lld; this model's head_dim is %lld "
+        "(use f16, bf16 or f32)",
+        cpu::row_type_name(t), static_cast<long long>(cpu::row_type_block(t)),
+        static_cast<long long>(s.head_dim));
 }
 
 }  // namespace sieve

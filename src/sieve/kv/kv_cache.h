@@ -47,9 +47,11 @@ struct KvShape {
     int64_t n_layer = 0;
     int64_t n_head_kv = 0;
     int64_t head_dim = 0;
-    cpu::RowType type = cpu::RowType::f32;  // element type of K and V rows
+    cpu::KvRowTypes type = cpu::RowType::f32;  // element types of K rows (type.k) and V rows (type.v)
 
-    int64_t row_bytes() const { return cpu::row_bytes(type, head_dim); }
+    int64_t k_row_bytes() const { return cpu::row_bytes(type.k, head_dim); }
+    int64_t v_row_bytes() const { return cpu::row_bytes(type.v, head_dim); }
+    int64_t row_bytes(int kv) const { return kv ? v_row_bytes() : k_row_bytes(); }  // kv: 0 = K, 1 = V
 };
 
 // The error for a row type the head size cannot take (the quantized types
@@ -71,11 +73,12 @@ public:
     // n_pos(seq) + the smallest room left in any of its lanes.
     virtual int64_t capacity(int seq) const = 0;
 
-    // Lane of (seq, layer, kv head): [n_rows + room, head_dim] of shape().type,
-    // row-major (row r at byte r * shape().row_bytes()).
+    // Lanes of (seq, layer, kv head): [n_rows + room, head_dim] of
+    // shape().type.k (K) or .v (V), row-major (row r at byte r *
+    // shape().k_row_bytes() or v_row_bytes()).
     virtual void *k_data(int seq, int64_t layer, int64_t kv_head) = 0;
     virtual void *v_data(int seq, int64_t layer, int64_t kv_head) = 0;
-    // The same lanes as f32 arrays; precondition: shape().type == f32.
+    // The same lanes as f32 arrays; precondition: both types are f32.
     float *k_lane(int seq, int64_t layer, int64_t kv_head) { return as_f32(k_data(seq, layer, kv_head)); }
     float *v_lane(int seq, int64_t layer, int64_t kv_head) { return as_f32(v_data(seq, layer, kv_head)); }
     // Optional companion: the position of each row, [n_rows + room] int32,
@@ -126,7 +129,8 @@ protected:
 
 private:
     float *as_f32(void *p) const {
-        SIEVE_CHECKF(shape().type == cpu::RowType::f32, "KV lanes hold %s rows, not f32: use k_data()/v_data()",
+        SIEVE_CHECKF(shape().type == cpu::KvRowTypes(cpu::RowType::f32),
+                     "KV lanes hold %s rows, not f32: use k_data()/v_data()",
                      cpu::row_type_name(shape().type));
         return static_cast<float *>(p);
     }

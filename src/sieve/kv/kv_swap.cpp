@@ -11,7 +11,8 @@ namespace sieve {
 namespace {
 
 int64_t lane_bytes(const VAttentionKv &kv, int64_t rows, bool with_positions) {
-    return rows * (2 * kv.row_bytes() + (with_positions ? static_cast<int64_t>(sizeof(int32_t)) : 0));
+    return rows * (kv.shape().k_row_bytes() + kv.shape().v_row_bytes() +
+                   (with_positions ? static_cast<int64_t>(sizeof(int32_t)) : 0));
 }
 
 }  // namespace
@@ -27,7 +28,7 @@ int64_t kv_swap_bytes(const VAttentionKv &kv, int seq) {
 
 Status kv_swap_out(VAttentionKv &kv, int seq, KvSwapImage *out) {
     const KvShape &sh = kv.shape();
-    const int64_t rb = kv.row_bytes();
+    const int64_t kb = kv.shape().k_row_bytes(), vb = kv.shape().v_row_bytes();
     out->n_pos = kv.n_pos(seq);
     out->with_positions = kv.has_positions();
     out->rows.clear();
@@ -43,10 +44,10 @@ Status kv_swap_out(VAttentionKv &kv, int seq, KvSwapImage *out) {
             const int64_t rows = kv.n_rows(seq, il, h);
             out->rows.push_back(rows);
             if (rows == 0) continue;  // an empty lane: nothing to copy (and no buffer to copy to)
-            std::memcpy(p, kv.k_data(seq, il, h), static_cast<size_t>(rows * rb));
-            p += rows * rb;
-            std::memcpy(p, kv.v_data(seq, il, h), static_cast<size_t>(rows * rb));
-            p += rows * rb;
+            std::memcpy(p, kv.k_data(seq, il, h), static_cast<size_t>(rows * kb));
+            p += rows * kb;
+            std::memcpy(p, kv.v_data(seq, il, h), static_cast<size_t>(rows * vb));
+            p += rows * vb;
             if (out->with_positions) {
                 std::memcpy(p, kv.positions(seq, il, h), sizeof(int32_t) * static_cast<size_t>(rows));
                 p += sizeof(int32_t) * static_cast<size_t>(rows);
@@ -66,7 +67,7 @@ Status kv_swap_in(VAttentionKv &kv, int seq, const KvSwapImage &img) {
     SIEVE_CHECKF(static_cast<int64_t>(img.rows.size()) == sh.n_layer * sh.n_head_kv && kv.n_pos(seq) == 0,
                  "kv_swap_in: image of %zu lanes into slot %d (n_pos %lld)", img.rows.size(), seq,
                  static_cast<long long>(kv.n_pos(seq)));
-    const int64_t rb = kv.row_bytes();
+    const int64_t kb = kv.shape().k_row_bytes(), vb = kv.shape().v_row_bytes();
     const uint8_t *p = img.bytes.data();
     size_t i = 0;
     for (int64_t il = 0; il < sh.n_layer; ++il)
@@ -81,10 +82,10 @@ Status kv_swap_in(VAttentionKv &kv, int seq, const KvSwapImage &img) {
                 kv.set_lane_rows(seq, il, h, 0);
                 continue;
             }
-            std::memcpy(kv.k_data(seq, il, h), p, static_cast<size_t>(rows * rb));
-            p += rows * rb;
-            std::memcpy(kv.v_data(seq, il, h), p, static_cast<size_t>(rows * rb));
-            p += rows * rb;
+            std::memcpy(kv.k_data(seq, il, h), p, static_cast<size_t>(rows * kb));
+            p += rows * kb;
+            std::memcpy(kv.v_data(seq, il, h), p, static_cast<size_t>(rows * vb));
+            p += rows * vb;
             if (img.with_positions) {
                 if (int32_t *pos = kv.positions(seq, il, h))
                     std::memcpy(pos, p, sizeof(int32_t) * static_cast<size_t>(rows));

@@ -50,16 +50,20 @@ Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOpt
     kv->headroom_ = opt.headroom_pages;
     kv->pool_ = std::move(pool.value());
     const int64_t pb = kv->pool_->page_bytes();
-    kv->row_bytes_ = s.row_bytes();
+    kv->rb_[0] = s.k_row_bytes();
+    kv->rb_[1] = s.v_row_bytes();
+    // Every lane's virtual range fits the wider row (K and V types may differ).
+    const int64_t wide_rb = std::max(kv->rb_[0], kv->rb_[1]);
     const int64_t n_lanes = static_cast<int64_t>(s.n_seq) * s.n_layer * s.n_head_kv * 2;
     int64_t lane_bytes = 0, total = 0;
-    if (__builtin_mul_overflow(opt.max_ctx, kv->row_bytes_, &lane_bytes) || lane_bytes > k_max_reserve_bytes ||
-        __builtin_mul_overflow((lane_bytes + pb - 1) / pb * pb, n_lanes, &total) || total > k_max_reserve_bytes) {
-        return Status::errorf("KV lanes: %lld lanes of %lld rows x %lld bytes exceed the address space we reserve "
-                              "(%lld GiB); lower the context size or the number of sequences",
-                              static_cast<long long>(n_lanes), static_cast<long long>(opt.max_ctx),
-                              static_cast<long long>(kv->row_bytes_),
-                              static_cast<long long>(k_max_reserve_bytes >> 30));
+    if (__builtin_mul_overflow(opt.max_ctx, wide_rb, &lane_bytes) || lane_bytes > k_max_reserve_bytes ||
+        __builtin_mul_overflow((lane_bytes + pb - 1) / pb * pb, n_lanes, &total) ||
+        total > k_max_reserve_bytes) {
+        return Status::errorf(
+            "KV lanes: %lld lanes of %lld rows x %lld bytes exceed the address space we reserve "
+            "(%lld GiB); lower the context size or the number of sequences",
+            static_cast<long long>(n_lanes), static_cast<long long>(opt.max_ctx),
+            static_cast<long long>(wide_rb), static_cast<long long>(k_max_reserve_bytes >> 30));
     }
     kv->span_ = (lane_bytes + pb - 1) / pb * pb;
     // One reservation for every lane, a scratch page for copy on write, and
@@ -80,7 +84,7 @@ Result<std::unique_ptr<VAttentionKv>> VAttentionKv::create(const VAttentionKvOpt
     if (opt.prefix_block_rows != 0) {
         const std::string why = prefix_block_check(s, pb, opt.prefix_block_rows);
         if (!why.empty()) return Status::errorf("KV prefix cache: %s", why.c_str());
-        const int64_t rpp = pb / kv->row_bytes_;
+        const int64_t rpp = kv->rows_per_page(0);  // as many blocks per page in V lanes (prefix_block_check)
         kv->prefix_ = std::make_unique<PrefixCache>(*kv->pool_, s.n_layer * s.n_head_kv * 2, opt.prefix_block_rows,
                                                     std::max<int64_t>(1, opt.prefix_block_rows / rpp));
     }
@@ -106,18 +110,19 @@ size_t VAttentionKv::lane_index(int seq, int64_t layer, int64_t kv_head, int kv)
                                kv);
 }
 
-int64_t VAttentionKv::pages_for_rows(int64_t rows) const {
+int64_t VAttentionKv::pages_for_rows(int64_t rows, int kv) const {
     const int64_t pb = pool_->page_bytes();
-    return (rows * row_bytes_ + pb - 1) / pb;
+    return (rows * rb_[kv] + pb - 1) / pb;
 }
 
 int64_t VAttentionKv::seq_pages_for_rows(const KvShape &shape, int64_t page_bytes, int64_t n_rows) {
-    const int64_t row_bytes = shape.row_bytes();
-    return shape.n_layer * shape.n_head_kv * 2 * ((n_rows * row_bytes + page_bytes - 1) / page_bytes);
+    const int64_t k = (n_rows * shape.k_row_bytes() + page_bytes - 1) / page_bytes;
+    const int64_t v = (n_rows * shape.v_row_bytes() + page_bytes - 1) / page_bytes;
+    return shape.n_layer * shape.n_head_kv * (k + v);
 }
 
-int64_t VAttentionKv::rows_in_pages(int64_t n_pages) const {
-    return std::min(max_ctx_, n_pages * pool_->page_bytes() / row_bytes_);
+int64_t VAttentionKv::rows_in_pages(int64_t n_pages, int kv) const {
+    return std::min(max_ctx_, n_pages * pool_->page_bytes() / rb_[kv]);
 }
 
 // ---------------------------------------------------------------------------
@@ -145,7 +150,7 @@ int64_t VAttentionKv::reclaim(int64_t want, int except_seq) {
             if (seq == except_seq || (pass == 0 && !idle)) continue;
             for (int64_t i = 0; i < lanes_per_seq && pool_->n_free() < want; ++i) {
                 const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
-                shrink_lane(l, pages_for_rows(protected_rows(seq, l)));
+                shrink_lane(l, pages_for_rows(protected_rows(seq, l), kind(l)));
             }
         }
     }
@@ -204,7 +209,7 @@ Status VAttentionKv::grow_lane(size_t lane, int64_t need, int64_t target, int ex
     Lane &ln = lanes_[lane];
     const int64_t have = static_cast<int64_t>(ln.pages.size());
     if (need <= have) return Status();
-    target = std::min(std::max(need, target), pages_for_rows(lane_max_rows(ln)));
+    target = std::min(std::max(need, target), pages_for_rows(lane_max_rows(ln), kind(lane)));
     for (int64_t j = have; j < target; ++j) {
         auto p = alloc_page(except_seq);
         if (!p.ok()) {
@@ -249,8 +254,9 @@ void VAttentionKv::shrink_lane(size_t lane, int64_t keep_pages) {
 Status VAttentionKv::unshare_rows(size_t lane, int64_t row_begin, int64_t row_end, int except_seq) {
     Lane &ln = lanes_[lane];
     const int64_t pb = pool_->page_bytes();
-    const int64_t j0 = row_begin * row_bytes_ / pb;
-    const int64_t j1 = std::min<int64_t>(static_cast<int64_t>(ln.pages.size()), pages_for_rows(row_end));
+    const int64_t j0 = row_begin * rb_[kind(lane)] / pb;
+    const int64_t j1 =
+        std::min<int64_t>(static_cast<int64_t>(ln.pages.size()), pages_for_rows(row_end, kind(lane)));
     for (int64_t j = j0; j < j1; ++j) {
         const int32_t old = ln.pages[static_cast<size_t>(j)];
         if (pool_->refcount(old) == 1) continue;
@@ -319,8 +325,9 @@ Status VAttentionKv::reserve(int seq, int64_t n_pos) {
     int64_t total_need = 0;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
-        total_need += std::max<int64_t>(0, pages_for_rows(ln.rows + delta) - static_cast<int64_t>(ln.pages.size()));
-        total_need += shared_pages(ln, ln.rows, ln.rows + delta);  // copies on write
+        total_need += std::max<int64_t>(
+            0, pages_for_rows(ln.rows + delta, kind(i)) - static_cast<int64_t>(ln.pages.size()));
+        total_need += shared_pages(ln, kind(i), ln.rows, ln.rows + delta);  // copies on write
     }
     // What must be taken back (idle slots' pages, the prefix cache's, other
     // slots' headroom) is taken in one sweep here, not page by page as the
@@ -330,7 +337,7 @@ Status VAttentionKv::reserve(int seq, int64_t n_pos) {
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
         const int64_t rows = lanes_[l].rows;
-        const int64_t need = pages_for_rows(rows + delta);
+        const int64_t need = pages_for_rows(rows + delta, kind(l));
         Status st = grow_lane(l, need, need + headroom, seq, true);
         if (st.ok()) st = unshare_rows(l, rows, rows + delta, seq);
         if (!st.ok()) {
@@ -360,16 +367,17 @@ int64_t VAttentionKv::pages_to_reserve(int seq, int64_t n_pos) const {
     int64_t need = 0;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
-        need += std::max<int64_t>(0, pages_for_rows(ln.rows + delta) - static_cast<int64_t>(ln.pages.size()));
-        need += shared_pages(ln, ln.rows, ln.rows + delta);
+        need += std::max<int64_t>(
+            0, pages_for_rows(ln.rows + delta, kind(i)) - static_cast<int64_t>(ln.pages.size()));
+        need += shared_pages(ln, kind(i), ln.rows, ln.rows + delta);
     }
     return need;
 }
 
-int64_t VAttentionKv::shared_pages(const Lane &ln, int64_t row_begin, int64_t row_end) const {
+int64_t VAttentionKv::shared_pages(const Lane &ln, int kv, int64_t row_begin, int64_t row_end) const {
     const int64_t pb = pool_->page_bytes();
-    const int64_t j0 = row_begin * row_bytes_ / pb;
-    const int64_t j1 = std::min<int64_t>(static_cast<int64_t>(ln.pages.size()), pages_for_rows(row_end));
+    const int64_t j0 = row_begin * rb_[kv] / pb;
+    const int64_t j1 = std::min<int64_t>(static_cast<int64_t>(ln.pages.size()), pages_for_rows(row_end, kv));
     int64_t n = 0;
     for (int64_t j = j0; j < j1; ++j) n += pool_->refcount(ln.pages[static_cast<size_t>(j)]) > 1;
     return n;
@@ -395,7 +403,9 @@ int64_t VAttentionKv::capacity(int seq) const {
     int64_t room = max_ctx_;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
-        room = std::min(room, std::min(rows_in_pages(static_cast<int64_t>(ln.pages.size())), lane_max_rows(ln)) - ln.rows);
+        room = std::min(
+            room, std::min(rows_in_pages(static_cast<int64_t>(ln.pages.size()), kind(i)), lane_max_rows(ln)) -
+                      ln.rows);
     }
     return n_pos_[static_cast<size_t>(seq)] + room;
 }
@@ -468,8 +478,9 @@ int64_t VAttentionKv::n_rows(int seq, int64_t layer, int64_t kv_head) const {
 
 int64_t VAttentionKv::lane_capacity(int seq, int64_t layer, int64_t kv_head) const {
     const size_t lk = lane_index(seq, layer, kv_head, 0);
-    return std::min({rows_in_pages(static_cast<int64_t>(lanes_[lk].pages.size())),
-                     rows_in_pages(static_cast<int64_t>(lanes_[lk + 1].pages.size())), lane_max_rows(lanes_[lk])});
+    return std::min({rows_in_pages(static_cast<int64_t>(lanes_[lk].pages.size()), 0),
+                     rows_in_pages(static_cast<int64_t>(lanes_[lk + 1].pages.size()), 1),
+                     lane_max_rows(lanes_[lk])});
 }
 
 Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64_t n_rows, bool headroom) {
@@ -489,7 +500,7 @@ Status VAttentionKv::reserve_lane(int seq, int64_t layer, int64_t kv_head, int64
     for (size_t l = lk; l < lk + 2; ++l) {
         const int64_t rows = lanes_[l].rows;
         if (n_rows <= rows) continue;
-        const int64_t need = pages_for_rows(n_rows);
+        const int64_t need = pages_for_rows(n_rows, kind(l));
         SIEVE_TRY(grow_lane(l, need, need + (headroom ? headroom_ : 0), seq, true));
         SIEVE_TRY(unshare_rows(l, rows, n_rows, seq));
     }
@@ -505,9 +516,9 @@ void VAttentionKv::set_lane_cap(int seq, int64_t layer, int64_t kv_head, int64_t
                  static_cast<long long>(cap), static_cast<long long>(lanes_[lk].rows));
     for (size_t l = lk; l < lk + 2; ++l) {
         lanes_[l].cap = cap;
-        shrink_lane(l, std::max(pages_for_rows(protected_rows(seq, l)),
+        shrink_lane(l, std::max(pages_for_rows(protected_rows(seq, l), kind(l)),
                                 std::min<int64_t>(static_cast<int64_t>(lanes_[l].pages.size()),
-                                                  pages_for_rows(lane_max_rows(lanes_[l])))));
+                                                  pages_for_rows(lane_max_rows(lanes_[l]), kind(l)))));
     }
 }
 
@@ -539,12 +550,13 @@ Status VAttentionKv::compact(int seq, int64_t layer, int64_t kv_head, const int3
     for (size_t l = lk; l < lk + 2; ++l) SIEVE_TRY(unshare_rows(l, i0, n_keep, seq));
     for (size_t l = lk; l < lk + 2; ++l) {
         char *a = lane_addr(l);
+        const int64_t rb = rb_[kind(l)];
         // keep_rows[i] > i for i >= i0, so each source row is read before any
         // later destination overwrites it.
         for (int64_t i = i0; i < n_keep; ++i)
-            std::memcpy(a + i * row_bytes_, a + keep_rows[i] * row_bytes_, static_cast<size_t>(row_bytes_));
+            std::memcpy(a + i * rb, a + keep_rows[i] * rb, static_cast<size_t>(rb));
         lanes_[l].rows = n_keep;
-        shrink_lane(l, pages_for_rows(n_keep));
+        shrink_lane(l, pages_for_rows(n_keep, kind(l)));
     }
     if (!positions_.empty()) {
         int32_t *pos = positions_[lk / 2].data();
@@ -574,9 +586,9 @@ Status VAttentionKv::share_prefix(int dst_seq, int src_seq, int64_t n_rows) {
                               "dst and n_rows <= %lld rows held by every src lane",
                               dst_seq, src_seq, static_cast<long long>(n_rows), static_cast<long long>(src_rows));
     }
-    const int64_t k = pages_for_rows(n_rows);
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t ld = d0 + static_cast<size_t>(i), ls = s0 + static_cast<size_t>(i);
+        const int64_t k = pages_for_rows(n_rows, kind(i));
         Lane &dst = lanes_[ld];
         // dst pages [0, k) are replaced by src's (mmap MAP_FIXED swaps them in
         // place); the old ones go back to the pool after the mapping.
@@ -635,9 +647,10 @@ Status VAttentionKv::map_ahead(int seq) {
         // The next row's page plus headroom. Headroom must not take running
         // slots' pages: never reclaim here.
         const int64_t have = static_cast<int64_t>(lanes_[l].pages.size());
-        const int64_t limit = pages_for_rows(lane_max_rows(lanes_[l]));
-        const int64_t want = std::min({pages_for_rows(std::min(lane_max_rows(lanes_[l]), lanes_[l].rows + 1)) + headroom_,
-                                       have + pool_->n_free(), limit});
+        const int64_t limit = pages_for_rows(lane_max_rows(lanes_[l]), kind(l));
+        const int64_t want = std::min(
+            {pages_for_rows(std::min(lane_max_rows(lanes_[l]), lanes_[l].rows + 1), kind(l)) + headroom_,
+             have + pool_->n_free(), limit});
         SIEVE_TRY(grow_lane(l, want, want, -2, false));
     }
     return Status();
@@ -651,7 +664,7 @@ void VAttentionKv::release(int seq) {
 
 int64_t VAttentionKv::trim() {
     const int64_t free0 = pool_->n_free();
-    for (size_t l = 0; l < lanes_.size(); ++l) shrink_lane(l, pages_for_rows(lanes_[l].rows));
+    for (size_t l = 0; l < lanes_.size(); ++l) shrink_lane(l, pages_for_rows(lanes_[l].rows, kind(l)));
     return pool_->n_free() - free0;
 }
 
@@ -684,7 +697,7 @@ Status VAttentionKv::check_accounting() const {
     int64_t n = 0;
     for (size_t l = 0; l < lanes_.size(); ++l) {
         const Lane &ln = lanes_[l];
-        if (ln.rows < 0 || ln.rows > rows_in_pages(static_cast<int64_t>(ln.pages.size())) ||
+        if (ln.rows < 0 || ln.rows > rows_in_pages(static_cast<int64_t>(ln.pages.size()), kind(l)) ||
             static_cast<int64_t>(ln.pages.size()) * pool_->page_bytes() > span_) {
             return Status::errorf("KV lane %zu: %lld rows in %zu pages (span %lld bytes)", l,
                                   static_cast<long long>(ln.rows), ln.pages.size(), static_cast<long long>(span_));
@@ -729,22 +742,34 @@ Status VAttentionKv::check_accounting() const {
 // ---------------------------------------------------------------------------
 
 std::string VAttentionKv::prefix_block_check(const KvShape &shape, int64_t page_bytes, int64_t block_rows) {
-    const int64_t rb = shape.row_bytes();
     if (block_rows < 1) return strfmt("a block of %lld rows; expected >= 1", static_cast<long long>(block_rows));
-    if (rb < 1 || page_bytes % rb != 0)
-        return strfmt("rows of %lld bytes do not divide %lld-byte pages, so blocks would straddle pages",
-                      static_cast<long long>(rb), static_cast<long long>(page_bytes));
-    const int64_t rpp = page_bytes / rb;
-    if (rpp % block_rows != 0 && block_rows % rpp != 0)
-        return strfmt("blocks of %lld rows neither divide nor are a multiple of the %lld rows of a page",
-                      static_cast<long long>(block_rows), static_cast<long long>(rpp));
+    int64_t ppb[2] = {0, 0};
+    for (int kv = 0; kv < 2; ++kv) {
+        const int64_t rb = shape.row_bytes(kv);
+        if (rb < 1 || page_bytes % rb != 0)
+            return strfmt(
+                "%s rows of %lld bytes do not divide %lld-byte pages, so blocks would straddle pages",
+                kv ? "V" : "K", static_cast<long long>(rb), static_cast<long long>(page_bytes));
+        const int64_t rpp = page_bytes / rb;
+        if (rpp % block_rows != 0 && block_rows % rpp != 0)
+            return strfmt(
+                "blocks of %lld rows neither divide nor are a multiple of the %lld %s rows of a page",
+                static_cast<long long>(block_rows), static_cast<long long>(rpp), kv ? "V" : "K");
+        ppb[kv] = std::max<int64_t>(1, block_rows / rpp);
+    }
+    // A cached block holds the same number of pages in every lane.
+    if (ppb[0] != ppb[1])
+        return strfmt("blocks of %lld rows span %lld K pages but %lld V pages; use smaller blocks",
+                      static_cast<long long>(block_rows), static_cast<long long>(ppb[0]),
+                      static_cast<long long>(ppb[1]));
     return std::string();
 }
 
 int64_t VAttentionKv::page_bytes_for(const KvShape &shape, int64_t requested) {
     if (requested > 0) return requested;
-    const int64_t rb = shape.row_bytes(), unit = 4096;
-    if (rb < 1) return k_default_page_bytes;
+    const int64_t kb = shape.k_row_bytes(), vb = shape.v_row_bytes(), unit = 4096;
+    if (kb < 1 || vb < 1) return k_default_page_bytes;
+    const int64_t rb = kb / std::gcd(kb, vb) * vb;  // both rows' sizes divide the page
     const int64_t lcm = rb / std::gcd(rb, unit) * unit;
     if (lcm > (int64_t{2} << 20)) return k_default_page_bytes;
     return (k_default_page_bytes + lcm - 1) / lcm * lcm;
@@ -766,7 +791,7 @@ int32_t VAttentionKv::prefix_page_source(const std::vector<const int32_t *> &cha
                                          int64_t j) const {
     const int64_t ppb = prefix_->pages_per_block();
     if (ppb > 1) return chain[static_cast<size_t>(j / ppb)][lane * ppb + j % ppb];  // whole pages per block
-    const int64_t per_page = rows_per_page() / prefix_->block_rows();
+    const int64_t per_page = rows_per_page(kind(lane)) / prefix_->block_rows();
     const int64_t k0 = j * per_page, k1 = std::min(nb, k0 + per_page);
     const int32_t lead = chain[static_cast<size_t>(k0)][lane];
     for (int64_t k = k0 + 1; k < k1; ++k)
@@ -777,7 +802,7 @@ int32_t VAttentionKv::prefix_page_source(const std::vector<const int32_t *> &cha
 PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, int64_t n_max, uint64_t ns) {
     PrefixHit hit;
     const int64_t lanes_per_seq = shape_.n_layer * shape_.n_head_kv * 2;
-    hit.pages_new = lanes_per_seq * pages_for_rows(n_tokens);
+    hit.pages_new = seq_pages_for_rows(n_tokens);
     if (!prefix_) return hit;
     const int64_t b = prefix_->block_rows();
     static thread_local std::vector<const int32_t *> chain;
@@ -789,8 +814,8 @@ PrefixHit VAttentionKv::prefix_lookup(const int32_t *tokens, int64_t n_tokens, i
     // whole; the page the hit ends inside is copied at the first write, and
     // a gathered page is a fresh one: both count as new. Mapped cache-only
     // pages stop counting as free.
-    const int64_t whole = hit.rows / rows_per_page(), n_pages = pages_for_rows(hit.rows);
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
+        const int64_t whole = hit.rows / rows_per_page(kind(i)), n_pages = pages_for_rows(hit.rows, kind(i));
         for (int64_t j = 0; j < n_pages; ++j) {
             const int32_t src = prefix_page_source(chain, nb, i, j);
             if (src < 0) {
@@ -820,13 +845,13 @@ Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_row
     const int64_t nb = n_rows / b;
     std::vector<const int32_t *> chain;
     if (prefix_->match(tokens, nb, &chain, /*touch=*/true, ns) != nb)
-        return Status::errorf("KV prefix_attach(slot %d): the cache no longer holds %lld rows of this prefix", seq,
-                              static_cast<long long>(n_rows));
-    const int64_t rpp = rows_per_page();
-    const int64_t k = pages_for_rows(n_rows);
+        return Status::errorf("KV prefix_attach(slot %d): the cache no longer holds %lld rows of this prefix",
+                              seq, static_cast<long long>(n_rows));
     std::vector<int64_t> gathered;
     for (int64_t i = 0; i < lanes_per_seq; ++i) {
         const size_t l = static_cast<size_t>(seq * lanes_per_seq + i);
+        const int64_t rpp = rows_per_page(kind(l)), rb = rb_[kind(l)];
+        const int64_t k = pages_for_rows(n_rows, kind(l));
         Lane &ln = lanes_[l];
         // Lane pages [0, k) are replaced in place (mmap MAP_FIXED); the old
         // ones (a previous sequence's cached pages) go back after the mapping.
@@ -866,9 +891,9 @@ Status VAttentionKv::prefix_attach(int seq, const int32_t *tokens, int64_t n_row
         // A gathered page: each block's rows from the page its entry holds.
         for (int64_t j : gathered) {
             for (int64_t kb = j * rpp / b; kb < std::min(nb, (j + 1) * rpp / b); ++kb) {
-                const int64_t off = (kb * b % rpp) * row_bytes_, n = b * row_bytes_;
+                const int64_t off = (kb * b % rpp) * rb, n = b * rb;
                 const int32_t src = chain[static_cast<size_t>(kb)][i];
-                char *dst = lane_addr(l) + kb * b * row_bytes_;
+                char *dst = lane_addr(l) + kb * b * rb;
                 for (int64_t done = 0; done < n;) {
                     const ssize_t r = pread(pool_->fd(), dst + done, static_cast<size_t>(n - done),
                                             pool_->file_offset(src) + off + done);
@@ -909,9 +934,13 @@ void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows
                                   uint64_t ns) {
     check_slot(seq);
     if (!prefix_ || !slot_dense(seq)) return;
-    const int64_t b = prefix_->block_rows(), rpp = rows_per_page(), ppb = prefix_->pages_per_block();
+    const int64_t b = prefix_->block_rows(), ppb = prefix_->pages_per_block();
+    const int64_t rpp[2] = {rows_per_page(0), rows_per_page(1)};
     int64_t n = std::min(n_rows, n_pos_[static_cast<size_t>(seq)]);
-    if (whole_pages_only) n = n / rpp * rpp;
+    if (whole_pages_only) {  // whole pages of K and of V lanes
+        const int64_t both = rpp[0] / std::gcd(rpp[0], rpp[1]) * rpp[1];
+        n = n / both * both;
+    }
     const int64_t nb = n / b;
     Published &pub = published_[static_cast<size_t>(seq)];
     if (pub.n_blocks == 0) pub.hash = PrefixCache::chain_seed(ns);
@@ -925,7 +954,7 @@ void VAttentionKv::prefix_publish(int seq, const int32_t *tokens, int64_t n_rows
             const Lane &ln = lanes_[static_cast<size_t>(seq * lanes_per_seq + i)];
             for (int64_t p = 0; p < ppb; ++p)
                 pages[static_cast<size_t>(i * ppb + p)] =
-                    ln.pages[static_cast<size_t>(ppb == 1 ? k * b / rpp : k * ppb + p)];
+                    ln.pages[static_cast<size_t>(ppb == 1 ? k * b / rpp[kind(i)] : k * ppb + p)];
         }
         // A hash taken by other tokens (a collision) ends the chain here:
         // blocks after it could never be found anyway.

@@ -129,7 +129,9 @@ public:
     void set_slot_n_pos(int seq, int64_t n_pos);
     bool has_positions() const { return !positions_.empty(); }
     // Pool pages of one lane pair (K + V) holding n_rows rows.
-    int64_t lane_pair_pages(int64_t n_rows) const { return 2 * pages_for_rows(n_rows); }
+    int64_t lane_pair_pages(int64_t n_rows) const {
+        return pages_for_rows(n_rows, 0) + pages_for_rows(n_rows, 1);
+    }
     int64_t lane_cap(int seq, int64_t layer, int64_t kv_head) const;
 
     // ---- sharing ----
@@ -156,7 +158,7 @@ public:
     // shared pages. 0 when the lanes already have the room.
     int64_t pages_to_reserve(int seq, int64_t n_pos) const override;
     int64_t seq_pages_for_rows(int64_t n_rows) const override {
-        return shape_.n_layer * shape_.n_head_kv * 2 * pages_for_rows(n_rows);
+        return shape_.n_layer * shape_.n_head_kv * lane_pair_pages(n_rows);
     }
     // Pool pages mapped to every lane of slot seq (a shared page once per lane).
     int64_t seq_mapped_pages(int seq) const override;
@@ -181,16 +183,17 @@ public:
     static std::string prefix_block_check(const KvShape &shape, int64_t page_bytes, int64_t block_rows);
     // The page size for lanes of `shape`: `requested` when it is > 0, else
     // the default, k_default_page_bytes where a page holds whole rows, and
-    // otherwise the smallest multiple of lcm(row bytes, 4 KiB) at or above
-    // it (quantized rows: q8_0 / q4_0 with head_dim 64 are 68 / 36 bytes, so
-    // 68 / 72 KiB pages of 1,024 / 2,048 rows), so prefix-cache blocks never
-    // straddle pages. Rows whose lcm exceeds 2 MiB keep the default (their
-    // rows straddle pages; prefix caching is then off).
+    // otherwise the smallest multiple of lcm(K row bytes, V row bytes, 4 KiB)
+    // at or above it (quantized rows: q8_0 / q4_0 with head_dim 64 are 68 /
+    // 36 bytes, so 68 / 72 KiB pages of 1,024 / 2,048 rows; q8_0 K with q4_0
+    // V, 612 KiB pages of 9,216 K or 17,408 V rows), so prefix-cache blocks
+    // never straddle pages. Rows whose lcm exceeds 2 MiB keep the default
+    // (their rows straddle pages; prefix caching is then off).
     static constexpr int64_t k_default_page_bytes = int64_t{64} << 10;
     static int64_t page_bytes_for(const KvShape &shape, int64_t requested);
     const PagePool &pool() const { return *pool_; }
     int64_t page_bytes() const { return pool_->page_bytes(); }
-    int64_t row_bytes() const { return row_bytes_; }
+    int64_t row_bytes(int kv) const { return rb_[kv]; }  // kv: 0 = K lanes, 1 = V lanes
     int64_t max_ctx() const override { return max_ctx_; }
     int64_t mapped_pages() const { return n_mapped_; }  // lane pages, shared ones once per lane
     int64_t lane_mapped_bytes(int seq, int64_t layer, int64_t kv_head) const;  // K + V
@@ -212,8 +215,11 @@ private:
     void check_slot(int seq) const;
     size_t lane_index(int seq, int64_t layer, int64_t kv_head, int kv) const;
     char *lane_addr(size_t lane) const { return base_ + static_cast<int64_t>(lane) * span_; }
-    int64_t pages_for_rows(int64_t rows) const;
-    int64_t rows_in_pages(int64_t n_pages) const;
+    // Lanes alternate K, V (lane_index): kind 0 = K, 1 = V, each with its row size.
+    static int kind(size_t lane) { return static_cast<int>(lane & 1); }
+    static int kind(int64_t lane_in_slot) { return static_cast<int>(lane_in_slot & 1); }
+    int64_t pages_for_rows(int64_t rows, int kv) const;
+    int64_t rows_in_pages(int64_t n_pages, int kv) const;
     int64_t lane_max_rows(const Lane &ln) const { return ln.cap > 0 ? std::min(ln.cap, max_ctx_) : max_ctx_; }
 
     Result<int32_t> alloc_page(int except_seq);
@@ -226,19 +232,19 @@ private:
     Status unshare_rows(size_t lane, int64_t row_begin, int64_t row_end, int except_seq);
     // Shared pages (refcount > 1) of a lane among those holding rows
     // [row_begin, row_end): what unshare_rows() would copy.
-    int64_t shared_pages(const Lane &ln, int64_t row_begin, int64_t row_end) const;
+    int64_t shared_pages(const Lane &ln, int kv, int64_t row_begin, int64_t row_end) const;
     // Every lane of the slot holds one row per position (never compacted).
     bool slot_dense(int seq) const;
     // The pool page to map as lane page j of lane `lane` for a hit of nb
     // blocks, or -1 when that page's blocks must be gathered into a fresh one.
     int32_t prefix_page_source(const std::vector<const int32_t *> &chain, int64_t nb, int64_t lane, int64_t j) const;
-    int64_t rows_per_page() const { return pool_->page_bytes() / row_bytes_; }
+    int64_t rows_per_page(int kv) const { return pool_->page_bytes() / rb_[kv]; }
     // Grows the position arrays of seq's lanes for delta more rows.
     void grow_positions(int seq, int64_t delta);
 
     KvShape shape_;
     int64_t max_ctx_ = 0;
-    int64_t row_bytes_ = 0;
+    int64_t rb_[2] = {0, 0};      // bytes of a K row, of a V row
     int64_t span_ = 0;            // bytes of one lane's virtual range
     int64_t headroom_ = 1;
     std::unique_ptr<PagePool> pool_;

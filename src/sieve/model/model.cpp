@@ -219,7 +219,7 @@ Status Model::bind() {
     return Status();
 }
 
-KvShape Model::kv_shape(int n_seq, cpu::RowType type) const {
+KvShape Model::kv_shape(int n_seq, cpu::KvRowTypes type) const {
     return KvShape{n_seq, cfg_.n_layer, cfg_.n_head_kv, cfg_.head_dim, type};
 }
 
@@ -370,8 +370,8 @@ Status Model::validate(const Batch &b, const KvCache &kv, const Workspace &ws) c
 void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &pool, int64_t il) const {
     const ModelConfig &c = cfg_;
     const int64_t hd = c.head_dim, nkv = c.n_head_kv;
-    const cpu::RowType type = kv.shape().type;
-    const int64_t rb = kv.shape().row_bytes();
+    const cpu::KvRowTypes type = kv.shape().type;
+    const int64_t kb = kv.shape().k_row_bytes(), vb = kv.shape().v_row_bytes();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     // Runs are numbered in batch order; run r keeps its lane pointers and row
     // counts at [r * n_head_kv, (r + 1) * n_head_kv) of the workspace's
@@ -409,11 +409,11 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
         const int s = b.seq[begin];
         for (int64_t g = 0; g < nkv; ++g) {
             const int64_t n_past = kv.n_rows(s, il, g);
-            uint8_t *kl = static_cast<uint8_t *>(kv.k_data(s, il, g)) + n_past * rb;
-            uint8_t *vl = static_cast<uint8_t *>(kv.v_data(s, il, g)) + n_past * rb;
+            uint8_t *kl = static_cast<uint8_t *>(kv.k_data(s, il, g)) + n_past * kb;
+            uint8_t *vl = static_cast<uint8_t *>(kv.v_data(s, il, g)) + n_past * vb;
             for (int64_t t = begin; t < end; ++t) {
-                store_row(type, ws.k_.data() + t * c.kv_dim() + g * hd, kl + (t - begin) * rb, hd);
-                store_row(type, ws.v_.data() + t * c.kv_dim() + g * hd, vl + (t - begin) * rb, hd);
+                store_row(type.k, ws.k_.data() + t * c.kv_dim() + g * hd, kl + (t - begin) * kb, hd);
+                store_row(type.v, ws.v_.data() + t * c.kv_dim() + g * hd, vl + (t - begin) * vb, hd);
             }
             if (int32_t *pos = kv.positions(s, il, g))
                 for (int64_t t = begin; t < end; ++t) pos[n_past + t - begin] = b.pos[t];
@@ -463,7 +463,7 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             sa.lse = a.lse + first;
             sa.lse_stride = n;
             sa.k = a.k;
-            sa.kv_type = type;
+            sa.kv_type = type.k;
             sa.n_q = n - first;
             // The scored queries see their lane up to their own row.
             int64_t *n_past = ws.n_past_.data() + run * nkv;

@@ -188,7 +188,7 @@ public:
     const std::vector<float> &rope_inv_freq() const { return inv_freq_; }
     // Shape of the KV store this model needs for n_seq sequence slots with
     // rows of `type` (f32: the oracle; f16: what run / serve / bench default to).
-    KvShape kv_shape(int n_seq, cpu::RowType type = cpu::RowType::f32) const;
+    KvShape kv_shape(int n_seq, cpu::KvRowTypes type = cpu::RowType::f32) const;
     // Bytes of weights the forward pass reads per step (for GB/s reports).
     int64_t weight_bytes() const { return weight_bytes_; }
     // Bytes of weights copied to the huge-page arena at load, and how many of

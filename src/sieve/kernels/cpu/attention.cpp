@@ -52,9 +52,10 @@ decode::ChunkPlan decode_plan(const AttnArgs &a, int n_threads) {
 // very same machine code per task and per merge: their results are equal
 // bitwise whatever the compiler would have contracted or reordered in
 // different inlining contexts.
-template <class R>
-[[gnu::noinline]] void decode_task(const AttnArgs &a, const decode::ChunkPlan &plan, float *partial, int64_t kvh,
-                                   int64_t c) {
+// K rows of type RK, V rows of RV.
+template <class RK, class RV>
+[[gnu::noinline]] void decode_task(const AttnArgs &a, const decode::ChunkPlan &plan, float *partial,
+                                   int64_t kvh, int64_t c) {
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
     const int64_t n_chunks = plan.n_chunks, chunk = plan.chunk, part_len = decode::part_len(d);
     const int64_t n_vis = a.past(kvh) + 1;
@@ -63,15 +64,15 @@ template <class R>
     float *s = decode::grow(decode::scratch().scores, group * decode::k_blk);
     float *part0 = partial + (h0 * n_chunks + c) * part_len;  // head h0 + g at part0 + g * hstride
     decode::init_parts(part0, group, hstride, d);
-    const auto *k = static_cast<const typename R::T *>(a.k[kvh]);
-    const auto *v = static_cast<const typename R::T *>(a.v[kvh]);
+    const auto *k = static_cast<const typename RK::T *>(a.k[kvh]);
+    const auto *v = static_cast<const typename RV::T *>(a.v[kvh]);
     // Quantized K: Q.K in integers, the group's queries rounded once here.
     const decode::QInt *qi = nullptr;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     decode::QInt qint;
-    if (attention_decode_rounds_query(a.kv_type, d, group)) {
-        if constexpr (std::is_same_v<R, decode::RowQ8_0> || std::is_same_v<R, decode::RowQ4_0>) {
-            qint = decode::quantize_query<R>(
+    if (attention_decode_rounds_query(a.kv_type.k, d, group)) {
+        if constexpr (std::is_same_v<RK, decode::RowQ8_0> || std::is_same_v<RK, decode::RowQ4_0>) {
+            qint = decode::quantize_query<RK>(
                 a.q + h0 * d, group, d, decode::grow(decode::scratch().qint, decode::qint_floats(group, d)));
             qi = &qint;
         }
@@ -83,11 +84,11 @@ template <class R>
             // prefetched while this one is computed: from DRAM, one head's
             // rows alone do not keep enough loads in flight.
             const int64_t nb = std::min(decode::k_blk, j1 - jb), jn = jb + decode::k_blk;
-            decode::Ahead<R> ahead;
+            decode::Ahead<RK, RV> ahead;
             if (jn < n_vis)
-                ahead = {k + jn * R::stride(d), v + jn * R::stride(d), std::min(decode::k_blk, n_vis - jn)};
-            decode::block<R>(a.q + h0 * d, group, k + jb * R::stride(d), v + jb * R::stride(d), nb, d,
-                             a.scale, s, part0, hstride, ahead, qi);
+                ahead = {k + jn * RK::stride(d), v + jn * RV::stride(d), std::min(decode::k_blk, n_vis - jn)};
+            decode::block<RK, RV>(a.q + h0 * d, group, k + jb * RK::stride(d), v + jb * RV::stride(d), nb, d,
+                                  a.scale, s, part0, hstride, ahead, qi);
         }
         return;
     }
@@ -100,41 +101,71 @@ template <class R>
     const int64_t n_sel = sp.n_rows(kvh), x1 = std::min(j0 + chunk, n_sel);
     const auto len = [&](int64_t i) { return sp.end(kvh, i) - sp.begin(kvh, i); };
     int64_t i = 0, x = 0;  // span i holds selected rows [x, x + len(i))
-    decode::Piece<R> pieces[decode::k_blk];
+    decode::Piece<RK, RV> pieces[decode::k_blk];
     for (int64_t xb = j0; xb < x1; xb += decode::k_blk) {
         const int64_t xe = std::min(xb + decode::k_blk, x1);
         int np = 0;
         for (int64_t cur = xb; cur < xe;) {
             for (; x + len(i) <= cur; ++i) x += len(i);
             const int64_t r = sp.begin(kvh, i) + (cur - x), n = std::min(xe, x + len(i)) - cur;
-            pieces[np++] = {k + r * R::stride(d), v + r * R::stride(d), n};
+            pieces[np++] = {k + r * RK::stride(d), v + r * RV::stride(d), n};
             cur += n;
         }
-        decode::block_pieces<R>(a.q + h0 * d, group, pieces, np, xe - xb, d, a.scale, s, part0, hstride, {},
-                                qi);
+        decode::block_pieces<RK, RV>(a.q + h0 * d, group, pieces, np, xe - xb, d, a.scale, s, part0, hstride,
+                                     {}, qi);
     }
 }
 
-void decode_task_any(const AttnArgs &a, const decode::ChunkPlan &plan, float *partial, int64_t kvh, int64_t c) {
-    switch (a.kv_type) {
-    case RowType::f32: return decode_task<decode::RowF32>(a, plan, partial, kvh, c);
-    case RowType::f16: return decode_task<decode::RowF16>(a, plan, partial, kvh, c);
-    case RowType::bf16: return decode_task<decode::RowBF16>(a, plan, partial, kvh, c);
-    case RowType::q8_0: return decode_task<decode::RowQ8_0>(a, plan, partial, kvh, c);
-    case RowType::q4_0: return decode_task<decode::RowQ4_0>(a, plan, partial, kvh, c);
+// The decode task for the args' K and V types. f32 (the oracle) pairs with
+// f32 only (check_decode_args); the half and quantized types pair freely.
+using TaskFn = void (*)(const AttnArgs &, const decode::ChunkPlan &, float *, int64_t, int64_t);
+template <class RK>
+TaskFn task_for_v(RowType v) {
+    switch (v) {
+        case RowType::f16:
+            return &decode_task<RK, decode::RowF16>;
+        case RowType::bf16:
+            return &decode_task<RK, decode::RowBF16>;
+        case RowType::q8_0:
+            return &decode_task<RK, decode::RowQ8_0>;
+        case RowType::q4_0:
+            return &decode_task<RK, decode::RowQ4_0>;
+        case RowType::f32:
+            break;
     }
+    return nullptr;
+}
+TaskFn task_for(KvRowTypes t) {
+    switch (t.k) {
+        case RowType::f32:
+            return t.v == RowType::f32 ? &decode_task<decode::RowF32, decode::RowF32> : nullptr;
+        case RowType::f16:
+            return task_for_v<decode::RowF16>(t.v);
+        case RowType::bf16:
+            return task_for_v<decode::RowBF16>(t.v);
+        case RowType::q8_0:
+            return task_for_v<decode::RowQ8_0>(t.v);
+        case RowType::q4_0:
+            return task_for_v<decode::RowQ4_0>(t.v);
+    }
+    return nullptr;
+}
+
+void decode_task_any(const AttnArgs &a, const decode::ChunkPlan &plan, float *partial, int64_t kvh,
+                     int64_t c) {
+    task_for(a.kv_type)(a, plan, partial, kvh, c);
 }
 
 [[gnu::noinline]] void decode_merge(const AttnArgs &a, const decode::ChunkPlan &plan, const float *partial) {
     decode::merge(partial, a.n_head, plan.n_chunks, a.head_dim, a.o, a.lse);
 }
 
-template <class R>
 void decode_typed(const AttnArgs &a, ThreadPool &pool) {
     const decode::ChunkPlan plan = decode_plan(a, pool.n_threads());
     float *partial = decode::grow(decode::scratch().partial, a.n_head * plan.n_chunks * decode::part_len(a.head_dim));
+    const TaskFn task_fn = task_for(a.kv_type);
     pool.run(a.n_head_kv * plan.n_chunks, [&](int64_t task, int) {
-        decode_task<R>(a, plan, partial, task / plan.n_chunks, task % plan.n_chunks);
+        task_fn(a, plan, partial, task / plan.n_chunks, task % plan.n_chunks);
     });
     decode_merge(a, plan, partial);
 }
@@ -143,6 +174,8 @@ void check_decode_args(const AttnArgs &a, const char *who) {
     attn_check_args(a, who);
     SIEVE_CHECKF(a.n_q == 1, "%s: n_q = %lld, expected 1 (use attention_prefill)", who,
                  static_cast<long long>(a.n_q));
+    SIEVE_CHECKF(task_for(a.kv_type), "%s: K rows %s with V rows %s; f32 rows (the oracle) go with f32 only",
+                 who, row_type_name(a.kv_type.k), row_type_name(a.kv_type.v));
     SIEVE_CHECKF(!a.lambda, "%s: a lambda-shaped mask is for prefill (a streaming lane decodes over its compacted rows)", who);
 #ifndef NDEBUG
     if (a.spans) {
@@ -182,13 +215,7 @@ bool attention_decode_rounds_query(RowType t, int64_t head_dim, int64_t group) {
 
 void attention_decode(const AttnArgs &a, ThreadPool &pool) {
     check_decode_args(a, "attention_decode");
-    switch (a.kv_type) {
-    case RowType::f32: return decode_typed<decode::RowF32>(a, pool);
-    case RowType::f16: return decode_typed<decode::RowF16>(a, pool);
-    case RowType::bf16: return decode_typed<decode::RowBF16>(a, pool);
-    case RowType::q8_0: return decode_typed<decode::RowQ8_0>(a, pool);
-    case RowType::q4_0: return decode_typed<decode::RowQ4_0>(a, pool);
-    }
+    decode_typed(a, pool);
 }
 
 // Tasks (sequence, KV head, chunk) in sequence order, each sequence with the

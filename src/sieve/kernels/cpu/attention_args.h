@@ -16,9 +16,10 @@ inline void attn_check_args(const AttnArgs &a, const char *who) {
                  static_cast<long long>(a.n_q), static_cast<long long>(a.n_head), static_cast<long long>(a.n_head_kv));
     SIEVE_CHECKF(a.head_dim > 0 && a.head_dim % 4 == 0, "%s: head_dim = %lld, expected a positive multiple of 4", who,
                  static_cast<long long>(a.head_dim));
-    SIEVE_CHECKF(row_type_fits(a.kv_type, a.head_dim), "%s: %s rows of head_dim %lld (need whole blocks of %lld)", who,
-                 row_type_name(a.kv_type), static_cast<long long>(a.head_dim),
-                 static_cast<long long>(row_type_block(a.kv_type)));
+    for (RowType t : {a.kv_type.k, a.kv_type.v})
+        SIEVE_CHECKF(row_type_fits(t, a.head_dim), "%s: %s rows of head_dim %lld (need whole blocks of %lld)",
+                     who, row_type_name(t), static_cast<long long>(a.head_dim),
+                     static_cast<long long>(row_type_block(t)));
     for (int64_t g = 0; g < a.n_head_kv; ++g)
         SIEVE_CHECKF(a.past(g) >= 0, "%s: n_past of kv head %lld = %lld", who, static_cast<long long>(g),
                      static_cast<long long>(a.past(g)));

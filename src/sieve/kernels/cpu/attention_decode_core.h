@@ -225,9 +225,10 @@ struct RowQ4_0 {
 };
 
 // Rows of the next block to prefetch while a block is computed (n = 0: none).
-template <class R>
+template <class RK, class RV = RK>
 struct Ahead {
-    const typename R::T *k = nullptr, *v = nullptr;
+    const typename RK::T *k = nullptr;
+    const typename RV::T *v = nullptr;
     int64_t n = 0;
 };
 // Rows per prefetch slice: the prefetches are spread over a block's loops
@@ -651,9 +652,10 @@ inline void qk(const float *q, int64_t group, const typename R::T *k_rows, int64
 }
 
 // A run of consecutive rows of a lane: its first K and V rows and its length.
-template <class R>
+template <class RK, class RV = RK>
 struct Piece {
-    const typename R::T *k, *v;
+    const typename RK::T *k;
+    const typename RV::T *v;
     int64_t n;
 };
 
@@ -662,19 +664,20 @@ struct Piece {
 // short spans page selection leaves, so the block's online-softmax update is
 // paid once per k_blk rows read, not once per span). q: the group's queries
 // [group, d]. s: scratch [group * k_blk]; the pieces' scores lie end to end.
-template <class R>
-inline void block_pieces(const float *q, int64_t group, const Piece<R> *pc, int np, int64_t nb, int64_t d,
-                         float scale, float *s, float *part0, int64_t hstride, const Ahead<R> &ahead = {},
-                         const QInt *qi = nullptr) {
+// K rows of type RK, V rows of RV.
+template <class RK, class RV = RK>
+inline void block_pieces(const float *q, int64_t group, const Piece<RK, RV> *pc, int np, int64_t nb,
+                         int64_t d, float scale, float *s, float *part0, int64_t hstride,
+                         const Ahead<RK, RV> &ahead = {}, const QInt *qi = nullptr) {
     // 1. Each K row is read from memory once and dotted with every query head of the group.
     if (ahead.n > 0 && np == 1) {
         for (int64_t j = 0; j < nb; j += k_pf_rows) {
-            prefetch_slice<R>(ahead.k, ahead.n, j, d);
-            qk<R>(q, group, pc[0].k + j * R::stride(d), std::min(k_pf_rows, nb - j), d, scale, s + j, qi);
+            prefetch_slice<RK>(ahead.k, ahead.n, j, d);
+            qk<RK>(q, group, pc[0].k + j * RK::stride(d), std::min(k_pf_rows, nb - j), d, scale, s + j, qi);
         }
     } else {
         for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i)
-            qk<R>(q, group, pc[i].k, pc[i].n, d, scale, s + off, qi);
+            qk<RK>(q, group, pc[i].k, pc[i].n, d, scale, s + off, qi);
     }
     // 2. Online softmax per head over the block.
     const int64_t mi = m_at(d);
@@ -702,22 +705,22 @@ inline void block_pieces(const float *q, int64_t group, const Piece<R> *pc, int 
     // 3. Each V row read once per tile of heads, accumulated in registers.
     if (ahead.n > 0 && np == 1) {
         for (int64_t j = 0; j < nb; j += k_pf_rows) {
-            prefetch_slice<R>(ahead.v, ahead.n, j, d);
-            pv<R>(s + j, group, pc[0].v + j * R::stride(d), std::min(k_pf_rows, nb - j), d, part0, hstride);
+            prefetch_slice<RV>(ahead.v, ahead.n, j, d);
+            pv<RV>(s + j, group, pc[0].v + j * RV::stride(d), std::min(k_pf_rows, nb - j), d, part0, hstride);
         }
     } else {
         for (int64_t i = 0, off = 0; i < np; off += pc[i].n, ++i)
-            pv<R>(s + off, group, pc[i].v, pc[i].n, d, part0, hstride);
+            pv<RV>(s + off, group, pc[i].v, pc[i].n, d, part0, hstride);
     }
 }
 
-// nb <= k_blk consecutive rows: k_rows / v_rows [nb, d] of R's element type.
-template <class R>
-inline void block(const float *q, int64_t group, const typename R::T *k_rows, const typename R::T *v_rows,
+// nb <= k_blk consecutive rows: k_rows [nb, d] of RK's element type, v_rows of RV's.
+template <class RK, class RV = RK>
+inline void block(const float *q, int64_t group, const typename RK::T *k_rows, const typename RV::T *v_rows,
                   int64_t nb, int64_t d, float scale, float *s, float *part0, int64_t hstride,
-                  const Ahead<R> &ahead = {}, const QInt *qi = nullptr) {
-    const Piece<R> one{k_rows, v_rows, nb};
-    block_pieces<R>(q, group, &one, 1, nb, d, scale, s, part0, hstride, ahead, qi);
+                  const Ahead<RK, RV> &ahead = {}, const QInt *qi = nullptr) {
+    const Piece<RK, RV> one{k_rows, v_rows, nb};
+    block_pieces<RK, RV>(q, group, &one, 1, nb, d, scale, s, part0, hstride, ahead, qi);
 }
 
 // partial: [n_head][n_chunks] x part_len(d) -> o [n_head, d], lse [n_head] (optional).

@@ -477,7 +477,7 @@ void prefill_widened(const AttnArgs &a, ThreadPool &pool) {
         const int64_t g = l / 2, n = std::min(k_rows_per_task, a.past(g) + a.n_q - r0);
         const void *src = l % 2 ? a.v[g] : a.k[g];
         float *dst = const_cast<float *>(static_cast<const float *>(lane[l])) + r0 * d;
-        const float *w = attn_rows_f32(a.kv_type, src, r0, n, d, dst);
+        const float *w = attn_rows_f32(l % 2 ? a.kv_type.v : a.kv_type.k, src, r0, n, d, dst);
         if (w != dst) std::copy(w, w + n * d, dst);
     });
     static thread_local std::vector<const void *> kp, vp;
@@ -857,7 +857,7 @@ void prefill_amx(const AttnArgs &a, ThreadPool &pool) {
             _mm256_storeu_si256(reinterpret_cast<__m256i *>(lo), bf16_round(_mm512_sub_ps(x, bf16_widen(h))));
         };
         // K: 16 channels of a row at a time; channels past d and rows past the lane's are zero
-        const float *kr = nr ? attn_rows_f32(a.kv_type, a.k[g], r0, nr, d, wide) : wide;
+        const float *kr = nr ? attn_rows_f32(a.kv_type.k, a.k[g], r0, nr, d, wide) : wide;
         for (int64_t r = r0; r < r1; ++r)
             for (int64_t c = 0; c < 32 * ncb; c += 16) {
                 const int64_t left = r - r0 < nr ? std::clamp<int64_t>(d - c, 0, 16) : 0;
@@ -866,7 +866,7 @@ void prefill_amx(const AttnArgs &a, ThreadPool &pool) {
                 store_split(_mm512_maskz_loadu_ps(m, kr + (r - r0) * d + c), at, at + k_tile);
             }
         // V transposed: one channel of 16 rows per gather
-        const float *vr = nr ? attn_rows_f32(a.kv_type, a.v[g], r0, nr, d, wide) : wide;
+        const float *vr = nr ? attn_rows_f32(a.kv_type.v, a.v[g], r0, nr, d, wide) : wide;
         const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                _mm512_set1_epi32(static_cast<int>(d)));
         for (int64_t r = r0; r < r1; r += 16) {
@@ -924,7 +924,7 @@ bool attention_prefill_uses_amx() { return amx_enabled(); }
 
 void attention_prefill(const AttnArgs &a, ThreadPool &pool) {
     attn_check_args(a, "attention_prefill");
-    if (a.kv_type != RowType::f32) {
+    if (a.kv_type != KvRowTypes(RowType::f32)) {
 #if SIEVE_AMX
         if (amx_enabled()) return prefill_amx(a, pool);
 #endif

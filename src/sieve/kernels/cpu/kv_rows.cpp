@@ -1,6 +1,8 @@
 #include "sieve/kernels/cpu/kv_rows.h"
 
+#include <array>
 #include <cstring>
+#include <string>
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
@@ -23,6 +25,20 @@ void check_block(RowType t, int64_t e0, int64_t n, const char *who) {
 }
 
 }  // namespace
+
+const char *row_type_name(KvRowTypes t) {
+    constexpr int n = static_cast<int>(sizeof(k_row_types) / sizeof(k_row_types[0]));
+    static const auto names = [] {
+        std::array<std::string, n * n> a;
+        for (int i = 0; i < n; ++i)
+            for (int j = 0; j < n; ++j)
+                a[static_cast<size_t>(i * n + j)] =
+                    i == j ? std::string(row_type_name(k_row_types[i]))
+                           : std::string(row_type_name(k_row_types[i])) + "/" + row_type_name(k_row_types[j]);
+        return a;
+    }();
+    return names[static_cast<size_t>(static_cast<int>(t.k) * n + static_cast<int>(t.v))].c_str();
+}
 
 float row_elem(RowType t, const void *base, int64_t i) {
     switch (t) {

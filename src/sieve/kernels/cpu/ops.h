@@ -131,9 +131,9 @@ struct AttnLambda {
 
 struct AttnArgs {
     const float *q = nullptr;          // [n_q, n_head, head_dim]
-    const void *const *k = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type
-    const void *const *v = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type
-    RowType kv_type = RowType::f32;    // element type of K and V rows (f16/bf16 are widened in L1)
+    const void *const *k = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type.k
+    const void *const *v = nullptr;    // n_head_kv pointers, each [n_past(g) + n_q, head_dim] of kv_type.v
+    KvRowTypes kv_type = RowType::f32;  // element types of K and V rows (f16/bf16 are widened in L1)
     float *o = nullptr;                // [n_q, n_head, head_dim]
     float *lse = nullptr;              // optional [n_head, n_q]: log-sum-exp of scaled scores per row
     int64_t n_q = 0;

@@ -88,8 +88,8 @@ float rounded_query_score(RowType t, const float *q, const uint8_t *row, int64_t
 void attention_ref(const AttnArgs &a, bool decode) {
     attn_check_args(a, "attention_ref");
     const int64_t d = a.head_dim, group = a.n_head / a.n_head_kv;
-    const bool rounded = decode && attention_decode_rounds_query(a.kv_type, d, group);
-    const int64_t row_bytes = a.kv_type == RowType::q8_0 ? d / 32 * 34 : d / 32 * 18;
+    const bool rounded = decode && attention_decode_rounds_query(a.kv_type.k, d, group);
+    const int64_t row_bytes = a.kv_type.k == RowType::q8_0 ? d / 32 * 34 : d / 32 * 18;
     std::vector<double> s(static_cast<size_t>(attn_max_past(a) + a.n_q)), o(static_cast<size_t>(d));
     // Widen every lane to f32 first (exact), then the plain loops.
     std::vector<std::vector<float>> kf(static_cast<size_t>(a.n_head_kv)), vf(kf.size());
@@ -97,8 +97,8 @@ void attention_ref(const AttnArgs &a, bool decode) {
         const int64_t n = a.past(g) + a.n_q;
         kf[static_cast<size_t>(g)].resize(static_cast<size_t>(n * d));
         vf[static_cast<size_t>(g)].resize(static_cast<size_t>(n * d));
-        widen_rows(a.kv_type, a.k[g], n * d, kf[static_cast<size_t>(g)].data());
-        widen_rows(a.kv_type, a.v[g], n * d, vf[static_cast<size_t>(g)].data());
+        widen_rows(a.kv_type.k, a.k[g], n * d, kf[static_cast<size_t>(g)].data());
+        widen_rows(a.kv_type.v, a.v[g], n * d, vf[static_cast<size_t>(g)].data());
     }
     for (int64_t h = 0; h < a.n_head; ++h) {
         const float *k = kf[static_cast<size_t>(h / group)].data(), *v = vf[static_cast<size_t>(h / group)].data();
@@ -118,7 +118,7 @@ void attention_ref(const AttnArgs &a, bool decode) {
                 if (!read[static_cast<size_t>(j)]) continue;
                 if (rounded) {
                     const auto *kr = static_cast<const uint8_t *>(a.k[h / group]) + j * row_bytes;
-                    s[static_cast<size_t>(j)] = rounded_query_score(a.kv_type, q, kr, d, a.scale);
+                    s[static_cast<size_t>(j)] = rounded_query_score(a.kv_type.k, q, kr, d, a.scale);
                 } else {
                     double dot = 0.0;
                     for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[j * d + c];

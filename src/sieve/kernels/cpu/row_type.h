@@ -64,8 +64,30 @@ inline bool row_type_parse(const std::string &s, RowType *out) {
     return false;
 }
 
+// The row types of a store's K and V lanes (llama.cpp's --cache-type-k and
+// --cache-type-v). One type converts to the pair that uses it for both. K
+// and V may differ (q8_0 keys with q4_0 values keep answers where q4_0 keys
+// lose them, docs/sparsity.md "Quantized KV"); f32, the oracle, goes with
+// f32 only.
+struct KvRowTypes {
+    RowType k = RowType::f32, v = RowType::f32;
+
+    constexpr KvRowTypes() = default;
+    constexpr KvRowTypes(RowType both) : k(both), v(both) {}  // NOLINT(google-explicit-constructor)
+    constexpr KvRowTypes(RowType k_type, RowType v_type) : k(k_type), v(v_type) {}
+    constexpr bool uniform() const { return k == v; }
+    friend constexpr bool operator==(KvRowTypes a, KvRowTypes b) { return a.k == b.k && a.v == b.v; }
+    friend constexpr bool operator!=(KvRowTypes a, KvRowTypes b) { return !(a == b); }
+};
+
+// "q8_0" when K and V share the type, else "K/V" ("q8_0/q4_0").
+const char *row_type_name(KvRowTypes t);
+
 // Whether rows of head_dim elements can be stored as t (the quantized types
 // need whole blocks); the message names both when not.
 constexpr bool row_type_fits(RowType t, int64_t head_dim) { return head_dim > 0 && head_dim % row_type_block(t) == 0; }
+constexpr bool row_type_fits(KvRowTypes t, int64_t head_dim) {
+    return row_type_fits(t.k, head_dim) && row_type_fits(t.v, head_dim);
+}
 
 }  // namespace sieve::cpu
