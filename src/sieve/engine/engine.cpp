@@ -158,7 +158,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model &model, const Tokeniz
         if (why.empty()) {
             ko.prefix_block_rows = o.prefix_block;
         } else {
-            SIEVE_LOG_WARN("engine: prefix caching is off for this model and page size: %s", why.c_str());
+            const int64_t whole = VAttentionKv::prefix_page_bytes(shape);
+            const std::string hint =
+                whole > 0 && whole != o.kv_page_bytes
+                    ? strfmt(" (--kv-page-size %lldKiB holds whole K and V rows and keeps it)",
+                             static_cast<long long>(whole >> 10))
+                    : std::string();
+            SIEVE_LOG_WARN("engine: prefix caching is off for this model and page size: %s%s", why.c_str(),
+                           hint.c_str());
             o.prefix_cache = false;
         }
     }

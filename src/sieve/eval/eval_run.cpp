@@ -226,12 +226,24 @@ bool reuses_reference(const KvPolicyPtr &policy, cpu::KvRowTypes kv_type, const 
 // policy keeps the dense prefill's KV map the reference's prompt and compute
 // only what the policy scores (reusable_prefix); other types, and policies
 // with a prefill mask (their own namespace), compute it all once.
+// The page size of the eval's engines for rows of `shape`: one given by
+// hand, else pages that let the prefix cache share each sample's prompt
+// between rows (for K and V rows of different sizes coarser than a
+// server's default, VAttentionKv::page_bytes_for, which costs nothing with
+// a few long sequences).
+int64_t eval_page_bytes(const KvShape &shape, const EvalPlan &plan) {
+    if (plan.engine.kv_page_bytes > 0) return plan.engine.kv_page_bytes;
+    if (plan.share_prefill && plan.engine.prefix_cache)
+        if (const int64_t p = VAttentionKv::prefix_page_bytes(shape); p > 0) return p;
+    return VAttentionKv::page_bytes_for(shape, 0);
+}
+
 class WorkModel {
   public:
     WorkModel(const Model &model, const EvalPlan &plan) : plan_(plan) {
         for (cpu::KvRowTypes t : {plan.ref_kv_type, plan.engine.kv_type}) {
             const KvShape shape = model.kv_shape(plan.engine.max_seqs, t);
-            const int64_t page = VAttentionKv::page_bytes_for(shape, plan.engine.kv_page_bytes);
+            const int64_t page = eval_page_bytes(shape, plan);
             if (VAttentionKv::prefix_block_check(shape, page, plan.engine.prefix_block).empty())
                 cacheable_.push_back(t);
         }
@@ -275,7 +287,7 @@ class CellEngines {
         eo.kv_type = kv_type;
         eo.kv_policy = nullptr;  // every request names its own
         const KvShape shape = model_.kv_shape(eo.max_seqs, kv_type);
-        eo.kv_page_bytes = VAttentionKv::page_bytes_for(shape, eo.kv_page_bytes);
+        eo.kv_page_bytes = eval_page_bytes(shape, plan_);
         // Rows that do not divide a page (a page size given by hand that
         // does not fit them) cannot be cached: the runs of that type compute
         // their prompts (cached_tokens 0), quietly rather than with the

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 #include <utility>
 
@@ -765,14 +766,36 @@ std::string VAttentionKv::prefix_block_check(const KvShape &shape, int64_t page_
     return std::string();
 }
 
+namespace {
+
+// The smallest multiple of lcm(row bytes..., 4 KiB) from 64 KiB up, or 0
+// when that lcm exceeds 2 MiB.
+int64_t whole_rows_page(std::initializer_list<int64_t> row_bytes) {
+    int64_t lcm = 4096;
+    for (int64_t rb : row_bytes) {
+        if (rb < 1) return 0;
+        lcm = lcm / std::gcd(lcm, rb) * rb;
+        if (lcm > (int64_t{2} << 20)) return 0;
+    }
+    return (VAttentionKv::k_default_page_bytes + lcm - 1) / lcm * lcm;
+}
+
+}  // namespace
+
+int64_t VAttentionKv::prefix_page_bytes(const KvShape &shape) {
+    return whole_rows_page({shape.k_row_bytes(), shape.v_row_bytes()});
+}
+
 int64_t VAttentionKv::page_bytes_for(const KvShape &shape, int64_t requested) {
     if (requested > 0) return requested;
-    const int64_t kb = shape.k_row_bytes(), vb = shape.v_row_bytes(), unit = 4096;
-    if (kb < 1 || vb < 1) return k_default_page_bytes;
-    const int64_t rb = kb / std::gcd(kb, vb) * vb;  // both rows' sizes divide the page
-    const int64_t lcm = rb / std::gcd(rb, unit) * unit;
-    if (lcm > (int64_t{2} << 20)) return k_default_page_bytes;
-    return (k_default_page_bytes + lcm - 1) / lcm * lcm;
+    const int64_t both = prefix_page_bytes(shape);
+    if (both > 0 && (shape.k_row_bytes() == shape.v_row_bytes() || both <= k_max_mixed_page_bytes))
+        return both;
+    // K and V rows whose common page is coarse (q8_0 with q4_0: 612 KiB, the
+    // least a lane maps however short): pages of whole K rows; V rows straddle
+    // them and the prefix cache is off unless prefix_page_bytes() is asked for.
+    const int64_t k_only = whole_rows_page({shape.k_row_bytes()});
+    return k_only > 0 ? k_only : k_default_page_bytes;
 }
 
 bool VAttentionKv::slot_dense(int seq) const {

@@ -183,14 +183,22 @@ public:
     static std::string prefix_block_check(const KvShape &shape, int64_t page_bytes, int64_t block_rows);
     // The page size for lanes of `shape`: `requested` when it is > 0, else
     // the default, k_default_page_bytes where a page holds whole rows, and
-    // otherwise the smallest multiple of lcm(K row bytes, V row bytes, 4 KiB)
-    // at or above it (quantized rows: q8_0 / q4_0 with head_dim 64 are 68 /
-    // 36 bytes, so 68 / 72 KiB pages of 1,024 / 2,048 rows; q8_0 K with q4_0
-    // V, 612 KiB pages of 9,216 K or 17,408 V rows), so prefix-cache blocks
-    // never straddle pages. Rows whose lcm exceeds 2 MiB keep the default
-    // (their rows straddle pages; prefix caching is then off).
+    // otherwise prefix_page_bytes(): the smallest multiple of lcm(K row
+    // bytes, V row bytes, 4 KiB) at or above it (quantized rows: q8_0 / q4_0
+    // with head_dim 64 are 68 / 36 bytes, so 68 / 72 KiB pages of 1,024 /
+    // 2,048 rows), so prefix-cache blocks never straddle pages. Rows whose
+    // lcm exceeds 2 MiB keep the default (their rows straddle pages; prefix
+    // caching is then off). K and V rows of different sizes whose common page
+    // would exceed k_max_mixed_page_bytes (q8_0 K with q4_0 V: 612 KiB, so a
+    // lane of a short sequence would map 612 KiB) get pages of whole K rows
+    // instead, V rows straddling them and the prefix cache off; whoever wants
+    // the cache with them asks for prefix_page_bytes() (the eval does).
     static constexpr int64_t k_default_page_bytes = int64_t{64} << 10;
+    static constexpr int64_t k_max_mixed_page_bytes = int64_t{256} << 10;
     static int64_t page_bytes_for(const KvShape &shape, int64_t requested);
+    // Pages holding whole K and V rows (prefix caching works), 0 when none
+    // up to 2 MiB does.
+    static int64_t prefix_page_bytes(const KvShape &shape);
     const PagePool &pool() const { return *pool_; }
     int64_t page_bytes() const { return pool_->page_bytes(); }
     int64_t row_bytes(int kv) const { return rb_[kv]; }  // kv: 0 = K lanes, 1 = V lanes
