@@ -250,27 +250,27 @@ void bm_attention_prefill_path(benchmark::State &state, bool amx, bool smol) {
 struct DecodeBatch {
     static constexpr int64_t d = 64;
     int64_t n_head, n_head_kv;
-    cpu::RowType type;
-    std::vector<std::vector<uint8_t>> k, v;  // [seq * n_head_kv + g], rows of `type`
+    cpu::KvRowTypes type;
+    std::vector<std::vector<uint8_t>> k, v;  // [seq * n_head_kv + g], rows of type.k / type.v
     std::vector<const void *> kp, vp;
     std::vector<float> q, o;
     std::vector<cpu::AttnArgs> args;
     int64_t rows = 0;  // in all lanes of one layer's K
     DecodeBatch(int64_t n_seq, int64_t first, int64_t rest, int64_t heads = 9, int64_t kv_heads = 3,
-                cpu::RowType t = cpu::RowType::f16)
+                cpu::KvRowTypes t = cpu::RowType::f16)
         : n_head(heads), n_head_kv(kv_heads), type(t) {
         std::mt19937 rng(4);
-        const auto f16 = [t](const std::vector<float> &x) {
-            std::vector<uint8_t> h(static_cast<size_t>(cpu::row_bytes(t, static_cast<int64_t>(x.size()))));
-            cpu::f32_to_rows(t, x.data(), h.data(), static_cast<int64_t>(x.size()));
+        const auto rows_of = [](cpu::RowType rt, const std::vector<float> &x) {
+            std::vector<uint8_t> h(static_cast<size_t>(cpu::row_bytes(rt, static_cast<int64_t>(x.size()))));
+            cpu::f32_to_rows(rt, x.data(), h.data(), static_cast<int64_t>(x.size()));
             return h;
         };
         for (int64_t s = 0; s < n_seq; ++s) {
             const int64_t n_rows = s == 0 ? first : rest;
             rows += n_rows * n_head_kv;
             for (int64_t g = 0; g < n_head_kv; ++g) {
-                k.push_back(f16(test::random_values(rng, static_cast<size_t>(n_rows * d), 0.5f)));
-                v.push_back(f16(test::random_values(rng, static_cast<size_t>(n_rows * d))));
+                k.push_back(rows_of(t.k, test::random_values(rng, static_cast<size_t>(n_rows * d), 0.5f)));
+                v.push_back(rows_of(t.v, test::random_values(rng, static_cast<size_t>(n_rows * d))));
             }
         }
         for (size_t i = 0; i < k.size(); ++i) {
@@ -300,7 +300,7 @@ struct DecodeBatch {
 // One sequence's decode attention over rows of each KV type (range 0: rows;
 // range 1: 1 = Qwen2.5-0.5B's heads, 0 = SmolLM2's); the rows fit the
 // last-level cache, so this is the per-key arithmetic of each row type.
-void bm_attention_decode_kv_type(benchmark::State &state, cpu::RowType t) {
+void bm_attention_decode_kv_type(benchmark::State &state, cpu::KvRowTypes t) {
     const bool qwen = state.range(1) != 0;
     DecodeBatch data(1, state.range(0), state.range(0), qwen ? 14 : 9, qwen ? 2 : 3, t);
     ThreadPool pool(bench_threads());
@@ -429,6 +429,11 @@ BENCHMARK_CAPTURE(bm_attention_decode_kv_type, q8_0, cpu::RowType::q8_0)
     ->Args({8192, 0})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(bm_attention_decode_kv_type, q4_0, cpu::RowType::q4_0)
+    ->Args({16384, 1})
+    ->Args({8192, 0})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_attention_decode_kv_type, q8_0_q4_0,
+                  cpu::KvRowTypes(cpu::RowType::q8_0, cpu::RowType::q4_0))
     ->Args({16384, 1})
     ->Args({8192, 0})
     ->Unit(benchmark::kMicrosecond);
