@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine_test_util.h"
@@ -426,6 +429,64 @@ TEST_F(KvQuantModel, PrefixCacheHitsGiveTheBitsOfAFullPrefill) {
         EXPECT_EQ(st.kv_pages_used, 0);
         (*plain)->shutdown(true);
     }
+}
+
+// What quantized rows buy a server: at a --kv-memory that holds two f16
+// sequences, q8_0 K with q4_0 V runs four at once (pages of 4 KiB so the
+// lanes' sizes, not the page granularity, decide; each sequence's prompt
+// and generation need 80 pages in f16 and 36 in q8_0 / q4_0). The peak of
+// running sequences is read while the requests run (2 and 4 in every run
+// here); every request finishes with its tokens, none is preempted, and
+// every page comes back.
+TEST_F(KvQuantModel, QuantizedRowsRunMoreSequencesInTheSameMemory) {
+    auto tok = Tokenizer::from_gguf(*file_);
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    using cpu::RowType;
+    const KvShape f16 = model_->kv_shape(1, RowType::f16);
+    const int64_t rows = 280 + 24, page = 4096;
+    const int64_t f16_seq = f16.n_layer * f16.n_head_kv * 2 * ((rows * f16.k_row_bytes() + page - 1) / page);
+    int peak_of[2] = {0, 0};
+    int i = 0;
+    for (cpu::KvRowTypes t : {cpu::KvRowTypes(RowType::f16), cpu::KvRowTypes(RowType::q8_0, RowType::q4_0)}) {
+        SCOPED_TRACE(cpu::row_type_name(t));
+        EngineOptions o;
+        o.n_threads = 2;
+        o.max_seqs = 6;
+        o.max_ctx = 400;
+        o.max_batch_tokens = 64;
+        o.kv_type = t;
+        o.kv_page_bytes = page;
+        o.kv_memory_bytes = 2 * f16_seq * page;
+        auto e = Engine::create(*model_, **tok, o);
+        ASSERT_TRUE(e.ok()) << e.status().message();
+        std::atomic<int> done{0};
+        std::vector<uint64_t> ids;
+        for (uint32_t r = 0; r < 6; ++r) {
+            std::mt19937 rng(500 + r);
+            std::vector<int32_t> prompt(280);
+            for (int32_t &x : prompt) x = static_cast<int32_t>(3 + rng() % (k_vocab - 3));
+            auto id = (*e)->submit(greedy_request(prompt, 24), [&done](const GenEvent &ev) {
+                if (ev.finished) done.fetch_add(1);
+            });
+            ASSERT_TRUE(id.ok()) << id.status().message();
+            ids.push_back(*id);
+        }
+        int peak = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        while (done.load() < 6 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+            peak = std::max(peak, (*e)->stats().n_running);
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        ASSERT_EQ(done.load(), 6) << "requests did not finish";
+        (*e)->shutdown(true);
+        const EngineStats st = (*e)->stats();
+        EXPECT_EQ(st.kv_pages_used, 0);
+        EXPECT_EQ(st.gen_tokens_total, 6 * 24);
+        EXPECT_EQ(st.n_preemptions, 0) << "admission counts what each sequence will need";
+        peak_of[i++] = peak;
+    }
+    EXPECT_LE(peak_of[0], 2) << "f16: the pool holds two sequences";
+    EXPECT_GE(peak_of[1], 4) << "q8_0 K / q4_0 V: the same pool holds four";
 }
 
 TEST(KvQuant, HeadSizesThatCannotBeQuantizedAreErrors) {
