@@ -182,15 +182,24 @@ void print_memory(const GgufFile &f, const ModelConfig &c, int64_t n_ctx, cpu::K
     };
     kv_line(strfmt("at %" PRId64 " (train)", c.n_ctx_train).c_str(), c.n_ctx_train);
     if (n_ctx > 0) kv_line(strfmt("at -c %" PRId64, n_ctx).c_str(), n_ctx);
-    // What one sequence's lanes map in the page pool at the default 64 KiB
-    // pages (what /metrics reports as sieve:kv_bytes_used for it).
+    // What one sequence's lanes map in the page pool at the engine's default
+    // page for these rows (what /metrics reports as sieve:kv_bytes_used for it).
     const int64_t n = n_ctx > 0 ? n_ctx : c.n_ctx_train;
     const KvShape shape{1, c.n_layer, c.n_head_kv, c.head_dim, type};
-    const int64_t page = int64_t{64} << 10;
-    std::printf("  KV lanes at %-11" PRId64 " %s (%s rows, %lld lanes of %lld pages of 64 KiB)\n", n,
-                human_bytes(static_cast<uint64_t>(VAttentionKv::seq_pages_for_rows(shape, page, n) * page)).c_str(),
-                cpu::row_type_name(type), static_cast<long long>(c.n_layer * c.n_head_kv * 2),
-                static_cast<long long>(VAttentionKv::seq_pages_for_rows(shape, page, n) / (c.n_layer * c.n_head_kv * 2)));
+    const int64_t page = VAttentionKv::page_bytes_for(shape, 0);
+    const int64_t pairs = c.n_layer * c.n_head_kv;
+    const int64_t k_pages = (n * shape.k_row_bytes() + page - 1) / page;
+    const int64_t v_pages = (n * shape.v_row_bytes() + page - 1) / page;
+    const std::string lanes = k_pages == v_pages
+                                  ? strfmt("%lld lanes of %lld pages", static_cast<long long>(2 * pairs),
+                                           static_cast<long long>(k_pages))
+                                  : strfmt("%lld K lanes of %lld pages and %lld V lanes of %lld",
+                                           static_cast<long long>(pairs), static_cast<long long>(k_pages),
+                                           static_cast<long long>(pairs), static_cast<long long>(v_pages));
+    std::printf(
+        "  KV lanes at %-11" PRId64 " %s (%s rows, %s of %lld KiB)\n", n,
+        human_bytes(static_cast<uint64_t>(VAttentionKv::seq_pages_for_rows(shape, page, n) * page)).c_str(),
+        cpu::row_type_name(type), lanes.c_str(), static_cast<long long>(page >> 10));
 }
 
 }  // namespace
