@@ -489,6 +489,91 @@ TEST_F(KvQuantModel, QuantizedRowsRunMoreSequencesInTheSameMemory) {
     EXPECT_GE(peak_of[1], 4) << "q8_0 K / q4_0 V: the same pool holds four";
 }
 
+// K lanes of 68-byte rows beside V lanes of 36-byte ones over 4 KiB pages
+// (rows of both straddle pages, at different offsets): random rows written
+// to both stores, a compaction, a swap out and back in and a shared prefix
+// leave every K and V lane holding the contiguous store's bytes, and the
+// page accounting balances.
+TEST(KvQuant, MixedLanesSurviveCompactionSwapAndSharing) {
+    KvShape s;
+    s.n_seq = 2;
+    s.n_layer = 2;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    s.type = {cpu::RowType::q8_0, cpu::RowType::q4_0};
+    constexpr int64_t n = 300;
+    auto c = ContiguousKv::create(s, n);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    VAttentionKvOptions o;
+    o.shape = s;
+    o.max_ctx = n;
+    o.pool.page_bytes = 4096;
+    o.pool.budget_bytes = int64_t{4} << 20;
+    auto v = VAttentionKv::create(o);
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    ContiguousKv &ck = **c;
+    VAttentionKv &lk = **v;
+    std::mt19937 rng(411);
+    const int64_t kb = s.k_row_bytes(), vb = s.v_row_bytes();
+    ASSERT_EQ(kb, 68);
+    ASSERT_EQ(vb, 36);
+    ASSERT_TRUE(ck.reserve(0, n).ok());
+    ASSERT_TRUE(lk.reserve(0, n).ok());
+    for (int64_t l = 0; l < s.n_layer; ++l)
+        for (int64_t h = 0; h < s.n_head_kv; ++h)
+            for (int kv = 0; kv < 2; ++kv) {
+                std::vector<uint8_t> bytes(static_cast<size_t>(n * (kv ? vb : kb)));
+                for (uint8_t &b : bytes) b = static_cast<uint8_t>(rng());
+                std::memcpy(kv ? ck.v_data(0, l, h) : ck.k_data(0, l, h), bytes.data(), bytes.size());
+                std::memcpy(kv ? lk.v_data(0, l, h) : lk.k_data(0, l, h), bytes.data(), bytes.size());
+            }
+    ck.set_n_pos(0, n);
+    lk.set_n_pos(0, n);
+    const auto same = [&](int seq_l, const char *what) {
+        for (int64_t l = 0; l < s.n_layer; ++l)
+            for (int64_t h = 0; h < s.n_head_kv; ++h) {
+                const int64_t rows = lk.n_rows(seq_l, l, h);
+                ASSERT_EQ(rows, ck.n_rows(0, l, h)) << what;
+                EXPECT_EQ(0, std::memcmp(ck.k_data(0, l, h), lk.k_data(seq_l, l, h),
+                                         static_cast<size_t>(rows * kb)))
+                    << what << ": K lane " << l << "/" << h;
+                EXPECT_EQ(0, std::memcmp(ck.v_data(0, l, h), lk.v_data(seq_l, l, h),
+                                         static_cast<size_t>(rows * vb)))
+                    << what << ": V lane " << l << "/" << h;
+            }
+        EXPECT_TRUE(lk.check_accounting().ok()) << what << ": " << lk.check_accounting().message();
+    };
+    same(0, "written");
+    std::vector<int32_t> keep;
+    for (int32_t r = 0; r < n; ++r)
+        if (r < 4 || rng() % 3 == 0) keep.push_back(r);
+    ASSERT_TRUE(ck.compact(0, 1, 0, keep.data(), static_cast<int64_t>(keep.size())).ok());
+    ASSERT_TRUE(lk.compact(0, 1, 0, keep.data(), static_cast<int64_t>(keep.size())).ok());
+    same(0, "compacted");
+    KvSwapImage img;
+    ASSERT_TRUE(lk.swap_out(0, &img).ok());
+    EXPECT_EQ(static_cast<int64_t>(img.bytes.size()), lk.swap_bytes(0));
+    lk.release(0);
+    EXPECT_EQ(lk.seq_mapped_pages(0), 0);
+    ASSERT_TRUE(lk.swap_in(0, img).ok());
+    same(0, "swapped back in");
+    // A prefix every lane holds, shared into slot 1 (its pages mapped, not copied).
+    const int64_t shared = static_cast<int64_t>(keep.size());
+    ASSERT_TRUE(lk.share_prefix(1, 0, shared).ok());
+    for (int64_t l = 0; l < s.n_layer; ++l)
+        for (int64_t h = 0; h < s.n_head_kv; ++h) {
+            EXPECT_EQ(0,
+                      std::memcmp(lk.k_data(0, l, h), lk.k_data(1, l, h), static_cast<size_t>(shared * kb)));
+            EXPECT_EQ(0,
+                      std::memcmp(lk.v_data(0, l, h), lk.v_data(1, l, h), static_cast<size_t>(shared * vb)));
+        }
+    EXPECT_TRUE(lk.check_accounting().ok());
+    lk.release(1);
+    lk.release(0);
+    EXPECT_EQ(lk.mapped_pages(), 0);
+    EXPECT_TRUE(lk.check_accounting().ok());
+}
+
 TEST(KvQuant, HeadSizesThatCannotBeQuantizedAreErrors) {
     KvShape s;
     s.n_seq = 1;
