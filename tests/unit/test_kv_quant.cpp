@@ -33,6 +33,27 @@ namespace {
 
 GgmlType ggml_of(cpu::RowType t) { return t == cpu::RowType::q8_0 ? GgmlType::Q8_0 : GgmlType::Q4_0; }
 
+// A store's shape of 2 layers x 2 KV heads.
+KvShape small_shape(int n_seq, int64_t head_dim, cpu::KvRowTypes type) {
+    KvShape s;
+    s.n_seq = n_seq;
+    s.n_layer = 2;
+    s.n_head_kv = 2;
+    s.head_dim = head_dim;
+    s.type = type;
+    return s;
+}
+
+// A lane store of max_ctx rows over pool pages of 4 KiB (rows straddle them).
+Result<std::unique_ptr<VAttentionKv>> lanes_4k(const KvShape &shape, int64_t max_ctx, int64_t budget) {
+    VAttentionKvOptions o;
+    o.shape = shape;
+    o.max_ctx = max_ctx;
+    o.pool.page_bytes = 4096;
+    o.pool.budget_bytes = budget;
+    return VAttentionKv::create(o);
+}
+
 TEST(KvQuant, RowBytesAndNames) {
     EXPECT_EQ(68, cpu::row_bytes(cpu::RowType::q8_0, 64));
     EXPECT_EQ(36, cpu::row_bytes(cpu::RowType::q4_0, 64));
@@ -215,12 +236,7 @@ TEST_F(KvQuantModel, MixedKAndVTypesStoreEachLaneInItsOwnType) {
         EXPECT_EQ(shape.v_row_bytes(), cpu::row_bytes(t.v, d));
         auto contig = ContiguousKv::create(shape, n);
         ASSERT_TRUE(contig.ok()) << contig.status().message();
-        VAttentionKvOptions o;
-        o.shape = shape;
-        o.max_ctx = n;
-        o.pool.page_bytes = 4096;  // rows of both types straddle pages
-        o.pool.budget_bytes = int64_t{16} << 20;
-        auto lanes = VAttentionKv::create(o);
+        auto lanes = lanes_4k(shape, n, int64_t{16} << 20);  // rows of both types straddle pages
         ASSERT_TRUE(lanes.ok()) << lanes.status().message();
         std::vector<float> logits[2];
         KvCache *stores[] = {contig->get(), lanes->get()};
@@ -264,12 +280,7 @@ TEST_F(KvQuantModel, BothStoresGiveTheSameBitsThroughCompaction) {
         const KvShape shape = model_->kv_shape(1, t);
         auto contig = ContiguousKv::create(shape, 300);
         ASSERT_TRUE(contig.ok());
-        VAttentionKvOptions o;
-        o.shape = shape;
-        o.max_ctx = 300;
-        o.pool.page_bytes = 4096;
-        o.pool.budget_bytes = int64_t{16} << 20;
-        auto lanes = VAttentionKv::create(o);
+        auto lanes = lanes_4k(shape, 300, int64_t{16} << 20);
         ASSERT_TRUE(lanes.ok()) << lanes.status().message();
         ThreadPool pool(2);
         auto ws = model_->make_workspace(256, 1);
@@ -312,11 +323,7 @@ TEST_F(KvQuantModel, BothStoresGiveTheSameBitsThroughCompaction) {
 }
 
 TEST(KvQuant, DefaultPagesHoldWholeRows) {
-    KvShape s;
-    s.n_seq = 1;
-    s.n_layer = 2;
-    s.n_head_kv = 2;
-    s.head_dim = 64;
+    KvShape s = small_shape(1, 64, cpu::RowType::f16);
     const int64_t k64 = VAttentionKv::k_default_page_bytes;
     struct Case {
         cpu::KvRowTypes type;
@@ -495,21 +502,11 @@ TEST_F(KvQuantModel, QuantizedRowsRunMoreSequencesInTheSameMemory) {
 // leave every K and V lane holding the contiguous store's bytes, and the
 // page accounting balances.
 TEST(KvQuant, MixedLanesSurviveCompactionSwapAndSharing) {
-    KvShape s;
-    s.n_seq = 2;
-    s.n_layer = 2;
-    s.n_head_kv = 2;
-    s.head_dim = 64;
-    s.type = {cpu::RowType::q8_0, cpu::RowType::q4_0};
+    const KvShape s = small_shape(2, 64, {cpu::RowType::q8_0, cpu::RowType::q4_0});
     constexpr int64_t n = 300;
     auto c = ContiguousKv::create(s, n);
     ASSERT_TRUE(c.ok()) << c.status().message();
-    VAttentionKvOptions o;
-    o.shape = s;
-    o.max_ctx = n;
-    o.pool.page_bytes = 4096;
-    o.pool.budget_bytes = int64_t{4} << 20;
-    auto v = VAttentionKv::create(o);
+    auto v = lanes_4k(s, n, int64_t{4} << 20);
     ASSERT_TRUE(v.ok()) << v.status().message();
     ContiguousKv &ck = **c;
     VAttentionKv &lk = **v;
@@ -575,12 +572,7 @@ TEST(KvQuant, MixedLanesSurviveCompactionSwapAndSharing) {
 }
 
 TEST(KvQuant, HeadSizesThatCannotBeQuantizedAreErrors) {
-    KvShape s;
-    s.n_seq = 1;
-    s.n_layer = 2;
-    s.n_head_kv = 2;
-    s.head_dim = 8;  // stories260K's
-    s.type = cpu::RowType::q8_0;
+    const KvShape s = small_shape(1, 8, cpu::RowType::q8_0);  // stories260K's head_dim
     auto c = ContiguousKv::create(s, 16);
     ASSERT_FALSE(c.ok());
     EXPECT_NE(std::string::npos, c.status().message().find("head_dim")) << c.status().message();
