@@ -32,8 +32,8 @@ sieve_bench_test(jsonl_pp 0
 sieve_bench_test(jsonl_tg 0 "^\\{.*\"n_prompt\": 0, \"n_gen\": 4, \"n_depth\": 0, .*\"gbps\": [0-9.]+, \"bw_frac\": [0-9.]+, " "" ${bench_small} -o jsonl)
 sieve_bench_test(json_array 0 "^    \"n_gen\": 4,$" "" ${bench_small} -o json)
 sieve_bench_test(json_close 0 "^\\]$" "" ${bench_small} -o json)
-sieve_bench_test(csv_header 0 "^build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,kv_store,kv_policy,use_mmap,huge_frac,n_prompt,n_gen,n_depth,.*avg_ts,stddev_ts,median_ts,gbps,bw_frac,bw_gbps,samples_ns,samples_ts$" "" ${bench_small} -o csv)
-sieve_bench_test(csv_row 0 "^\"sieve\",.*,\"llama 293K F32\",1171200,292800,512,512,[0-9]+,\"f16\",\"f16\",\"vattention\",\"dense\",0,[0-9.]+,0,4,0," "" ${bench_small} -o csv)
+sieve_bench_test(csv_header 0 "^build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,k_rotated,kv_store,kv_policy,use_mmap,huge_frac,n_prompt,n_gen,n_depth,.*avg_ts,stddev_ts,median_ts,gbps,bw_frac,bw_gbps,samples_ns,samples_ts$" "" ${bench_small} -o csv)
+sieve_bench_test(csv_row 0 "^\"sieve\",.*,\"llama 293K F32\",1171200,292800,512,512,[0-9]+,\"f16\",\"f16\",0,\"vattention\",\"dense\",0,[0-9.]+,0,4,0," "" ${bench_small} -o csv)
 # Lists: comma lists and repeats; -p 0 skips pp.
 sieve_bench_test(list_comma 0 "\\| pp12 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
 sieve_bench_test(list_repeat 0 "\\| tg3 \\|" "" -m ${bench_stories} -p 8,12 -n 2 -n 3 -r 2 --bandwidth 20 -t 1)
@@ -94,6 +94,7 @@ sieve_bench_test(bad_kv_page 1 "" "KV page size 3072 bytes: expected a multiple 
 sieve_bench_test(cache_type_f32 0 "\"type_k\": \"f32\", \"type_v\": \"f32\"" "" ${bench_small} -d 40 -ctk f32 -ctv f32 -o jsonl)
 sieve_bench_test(cache_type_bf16 0 "\"type_k\": \"bf16\", \"type_v\": \"bf16\"" "" ${bench_small} -d 40 --cache-type-k bf16 -o jsonl)
 sieve_bench_test(cache_type_mixed 0 "\"type_k\": \"bf16\", \"type_v\": \"f16\"" "" ${bench_small} -d 40 -ctk bf16 -ctv f16 -o jsonl)
+sieve_bench_test(rotate_k 0 "\"type_k\": \"bf16\", \"type_v\": \"bf16\", \"k_rotated\": true" "" ${bench_small} -d 40 -ctk bf16 --rotate-k on -o jsonl)
 sieve_bench_test(cache_type_mixed_f32 2 "" "--cache-type-k f32 with --cache-type-v f16: f32 rows \\(the exact oracle\\) go with f32 only" ${bench_small} -ctk f32 -ctv f16)
 sieve_bench_test(cache_type_bad 2 "" "--cache-type-k: expected f16, bf16, f32, q8_0 or q4_0, got 'q5_1'" ${bench_small} -ctk q5_1)
 sieve_bench_test(cache_type_quant_head_dim 1 "" "KV rows of type q8_0 need head_dim to be a multiple of 32; this model's head_dim is 8" ${bench_small} -ctk q8_0)

@@ -25,6 +25,7 @@ sieve_eval_test(progress_start 0 "" "^sieve eval: 0/8 requests, starting, [0-9]+
 sieve_eval_test(ref_f32 0 "^\\| dense \\(reference\\) \\| f32 \\| " "" ${eval_small} --ref-cache-type f32)
 # K and V of different types: the policy rows' KV column names both (K/V).
 sieve_eval_test(mixed_types 0 "^\\| dense \\| f16/bf16 \\| " "" ${eval_small} -ctk f16 -ctv bf16)
+sieve_eval_test(rotated_keys 0 "^\\| dense \\| f16 rotated-K \\| " "" ${eval_small} -ctk f16 --rotate-k on)
 sieve_eval_test(json_cells 0 "^  \"cells\": \\[$" "" ${eval_small} -o json)
 sieve_eval_test(json_config 0 "\"ref_cache_type\": \"f32\"" "" ${eval_small} -o json --ref-cache-type f32)
 

@@ -94,6 +94,11 @@ sieve_run_test(cache_type_mixed 0 "^Once upon a time.{20,}" "generation: 8 token
   -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 --temp 0 -ctk f16 -ctv bf16)
 sieve_run_test(cache_type_mixed_f32 2 "" "--cache-type-k f16 with --cache-type-v f32: f32 rows \\(the exact oracle\\) go with f32 only"
   -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 -ctk f16 -ctv f32)
+# --rotate-k: keys and queries rotated alike (any row type); a bad value is refused.
+sieve_run_test(rotate_k_on 0 "^Once upon a time.{20,}" "generation: 8 tokens"
+  -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 --temp 0 -ctk f16 --rotate-k on)
+sieve_run_test(rotate_k_bad 2 "" "--rotate-k: expected auto, on or off, got 'yes'"
+  -- -m ${SIEVE_STORIES} -p "Once upon a time" -n 8 --rotate-k yes)
 # --kv-policy: the prompt is compressed (the log says how much) and generation goes on.
 set(long_prompt "Once upon a time there was a little girl named Lily. She liked to play in the park with her dog. One day she saw a big red ball under a tree and ran to get it. Her dog ran after her and they played all day.")
 sieve_run_test(kv_policy_snapkv 0 "^Once upon a time.{20,}" "KV policy snapkv:keep=0.25: [0-9]+ positions, 2[0-9]\\.[0-9]% of the rows kept"

@@ -2,6 +2,7 @@
 // implementations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -92,6 +93,62 @@ TEST(Rope, OrdersDifferAndPositionZeroIsIdentity) {
     cpu::rope(z.data(), &p0, 1, 1, d, inv_freq, true);
     EXPECT_NE(a, b);
     EXPECT_EQ(z, x);
+}
+
+TEST(HadamardRotate, MatchesDenseMatrixProductAtOddAndPowerOfTwoSizes) {
+    std::mt19937 rng(5);
+    // Powers of two and sizes split into blocks (80 = 64 + 16, 96 = 64 + 32,
+    // 6 = 4 + 2, 112 = 64 + 32 + 16).
+    for (int64_t d : {2, 6, 16, 64, 80, 96, 112, 128, 256}) {
+        const int64_t n = 7;
+        const auto x = random_values(rng, static_cast<size_t>(n * d));
+        std::vector<float> fast = x, ref = x;
+        cpu::hadamard_rotate(fast.data(), n, d);
+        cpu::hadamard_rotate_ref(ref.data(), n, d);
+        double max_abs = 0;
+        for (float v : x) max_abs = std::max(max_abs, static_cast<double>(std::fabs(v)));
+        for (size_t i = 0; i < fast.size(); ++i)
+            ASSERT_NEAR(fast[i], ref[i], 1e-6 * max_abs * std::sqrt(static_cast<double>(d)))
+                << "d " << d << " i " << i;
+        EXPECT_NE(fast, x) << "d " << d;
+    }
+}
+
+TEST(HadamardRotate, KeepsDotProductsAndSpreadsAnOutlierChannel) {
+    std::mt19937 rng(6);
+    for (int64_t d : {64, 80, 128}) {
+        auto q = random_values(rng, static_cast<size_t>(d));
+        auto k = random_values(rng, static_cast<size_t>(d));
+        k[3] = 40.0f;  // one channel far above the rest, as attention keys have
+        double dot = 0, nk = 0;
+        for (int64_t i = 0; i < d; ++i)
+            dot += static_cast<double>(q[i]) * k[i], nk += static_cast<double>(k[i]) * k[i];
+        cpu::hadamard_rotate(q.data(), 1, d);
+        cpu::hadamard_rotate(k.data(), 1, d);
+        double rdot = 0, rnk = 0, rmax = 0;
+        for (int64_t i = 0; i < d; ++i) {
+            rdot += static_cast<double>(q[i]) * k[i];
+            rnk += static_cast<double>(k[i]) * k[i];
+            rmax = std::max(rmax, static_cast<double>(std::fabs(k[i])));
+        }
+        EXPECT_NEAR(rdot, dot, 1e-5 * nk) << "d " << d;
+        EXPECT_NEAR(rnk, nk, 1e-5 * nk) << "d " << d;
+        // 40 spread over a block of 64 (or 16 at d = 80, where channel 3
+        // falls in the first block of 64): each element at most a few units.
+        EXPECT_LT(rmax, 12.0) << "d " << d;
+    }
+}
+
+TEST(HadamardRotate, SignsAreFixedAndMixed) {
+    int plus = 0;
+    for (int64_t i = 0; i < 256; ++i) {
+        const float s = cpu::hadamard_sign(i);
+        ASSERT_TRUE(s == 1.0f || s == -1.0f);
+        ASSERT_EQ(s, cpu::hadamard_sign(i));
+        plus += s > 0;
+    }
+    EXPECT_GT(plus, 96);
+    EXPECT_LT(plus, 160);
 }
 
 TEST(SiluMul, MatchesDouble) {

@@ -587,5 +587,98 @@ TEST(KvQuant, HeadSizesThatCannotBeQuantizedAreErrors) {
     EXPECT_NE(std::string::npos, v.status().message().find("multiple of 32")) << v.status().message();
 }
 
+TEST(KvQuant, RotationCutsTheQ4ErrorOfKeysWithOutlierChannels) {
+    // Keys with two large channels nearly constant across rows (what a
+    // K-projection bias leaves in the slow RoPE pairs): a q4_0 row's scale
+    // follows the outlier, and the rest of its block rounds to a few levels.
+    // Rotated first (Q alike), the same rows keep q.k several times closer.
+    std::mt19937 rng(405);
+    const int64_t d = 64, n = 200;
+    std::vector<float> k = test::random_values(rng, static_cast<size_t>(n * d));
+    std::vector<float> q = test::random_values(rng, static_cast<size_t>(n * d));
+    for (int64_t r = 0; r < n; ++r) {
+        k[static_cast<size_t>(r * d + 5)] += 30.0f;
+        k[static_cast<size_t>(r * d + 40)] -= 24.0f;
+    }
+    const auto qk_error = [&](const std::vector<float> &qs, const std::vector<float> &ks) {
+        const std::vector<uint8_t> rows = test::narrow_rows(cpu::RowType::q4_0, ks.data(), n, d);
+        const int64_t rb = cpu::row_bytes(cpu::RowType::q4_0, d);
+        double se = 0;
+        for (int64_t r = 0; r < n; ++r) {
+            double exact = 0, got = 0;
+            for (int64_t i = 0; i < d; ++i) {
+                const double qi = qs[static_cast<size_t>(r * d + i)];
+                exact += qi * ks[static_cast<size_t>(r * d + i)];
+                got += qi * cpu::row_elem(cpu::RowType::q4_0, rows.data() + r * rb, i);
+            }
+            se += (got - exact) * (got - exact);
+        }
+        return std::sqrt(se / static_cast<double>(n));
+    };
+    const double plain = qk_error(q, k);
+    std::vector<float> qr = q, kr = k;
+    cpu::hadamard_rotate(qr.data(), n, d);
+    cpu::hadamard_rotate(kr.data(), n, d);
+    const double rotated = qk_error(qr, kr);
+    EXPECT_LT(rotated, 0.5 * plain) << "rms q.k error, plain " << plain << ", rotated " << rotated;
+}
+
+TEST(KvQuant, RotatedKeysAreATypeOfTheirOwn) {
+    const cpu::KvRowTypes plain{cpu::RowType::q4_0, cpu::RowType::q4_0};
+    const cpu::KvRowTypes rotated{cpu::RowType::q4_0, cpu::RowType::q4_0, true};
+    EXPECT_NE(plain, rotated);
+    EXPECT_STREQ("q4_0", cpu::row_type_name(plain));
+    EXPECT_STREQ("q4_0 rotated-K", cpu::row_type_name(rotated));
+    EXPECT_STREQ("q8_0/q4_0 rotated-K",
+                 cpu::row_type_name(cpu::KvRowTypes{cpu::RowType::q8_0, cpu::RowType::q4_0, true}));
+    // The bytes of a row do not change.
+    EXPECT_EQ(small_shape(1, 64, plain).k_row_bytes(), small_shape(1, 64, rotated).k_row_bytes());
+}
+
+TEST_F(KvQuantModel, RotatedKeysKeepTheLogitsAndStoreRotatedRows) {
+    // With f32 rows the rotation is exact up to rounding: the logits of a
+    // prefill and of decode steps stay within float error of the unrotated
+    // run's (rotating K alone, or Q alone, would change them entirely), and
+    // layer 0's K lanes hold the unrotated run's rows rotated.
+    std::mt19937 rng(406);
+    std::vector<int32_t> tokens(150);
+    for (int32_t &t : tokens) t = static_cast<int32_t>(rng() % k_vocab);
+    const int64_t n = static_cast<int64_t>(tokens.size()), d = 64, n_kv = model_->config().n_head_kv;
+    auto plain = ContiguousKv::create(model_->kv_shape(1, cpu::RowType::f32), n);
+    auto rotated = ContiguousKv::create(
+        model_->kv_shape(1, cpu::KvRowTypes{cpu::RowType::f32, cpu::RowType::f32, true}), n);
+    ASSERT_TRUE(plain.ok() && rotated.ok());
+    const std::vector<float> a = run(**plain, tokens, 100), b = run(**rotated, tokens, 100);
+    ASSERT_EQ(a.size(), b.size());
+    double max_logit = 0, max_diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        max_logit = std::max(max_logit, static_cast<double>(std::fabs(a[i])));
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    }
+    EXPECT_GT(max_diff, 0.0);  // a different rounding, not a no-op
+    EXPECT_LT(max_diff, 1e-4 * max_logit) << "max |logit| " << max_logit;
+    for (int64_t g = 0; g < n_kv; ++g) {
+        std::vector<float> want(static_cast<const float *>((*plain)->k_data(0, 0, g)),
+                                static_cast<const float *>((*plain)->k_data(0, 0, g)) + n * d);
+        cpu::hadamard_rotate(want.data(), n, d);
+        const float *got = static_cast<const float *>((*rotated)->k_data(0, 0, g));
+        for (int64_t i = 0; i < n * d; ++i)
+            ASSERT_NEAR(got[i], want[static_cast<size_t>(i)],
+                        1e-5f * (1.0f + std::fabs(want[static_cast<size_t>(i)])))
+                << "kv head " << g << " element " << i;
+        // V is not rotated.
+        ASSERT_EQ(0,
+                  std::memcmp((*plain)->v_data(0, 0, g), (*rotated)->v_data(0, 0, g), sizeof(float) * n * d));
+    }
+    // q4_0 keys, rotated or not, give finite logits that differ.
+    auto q4 = ContiguousKv::create(model_->kv_shape(1, cpu::RowType::q4_0), n);
+    auto q4r = ContiguousKv::create(
+        model_->kv_shape(1, cpu::KvRowTypes{cpu::RowType::q4_0, cpu::RowType::q4_0, true}), n);
+    ASSERT_TRUE(q4.ok() && q4r.ok());
+    const std::vector<float> c = run(**q4, tokens, 100), e = run(**q4r, tokens, 100);
+    for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(std::isfinite(c[i]) && std::isfinite(e[i]));
+    EXPECT_NE(c, e);
+}
+
 }  // namespace
 }  // namespace sieve

@@ -143,7 +143,8 @@ std::string model_cache_dir() {
 
 std::string default_model_path() { return model_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
-Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::KvRowTypes *out) {
+Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::KvRowTypes *out,
+                         const std::string &rotate_k) {
     cpu::RowType k = cpu::RowType::f16, v = cpu::RowType::f16;
     if (!type_k.empty() && !cpu::row_type_parse(type_k, &k))
         return Status::errorf("--cache-type-k: expected %s, got '%s'", cpu::row_type_names(), type_k.c_str());
@@ -157,7 +158,14 @@ Status parse_cache_types(const std::string &type_k, const std::string &type_v, c
             "only; give f32 to both, or f16, bf16, q8_0 or q4_0 to each",
             cpu::row_type_name(k), cpu::row_type_name(v));
     }
-    *out = cpu::KvRowTypes(k, v);
+    bool rotated = k == cpu::RowType::q4_0;
+    if (rotate_k == "on")
+        rotated = true;
+    else if (rotate_k == "off")
+        rotated = false;
+    else if (!rotate_k.empty() && rotate_k != "auto")
+        return Status::errorf("--rotate-k: expected auto, on or off, got '%s'", rotate_k.c_str());
+    *out = cpu::KvRowTypes(k, v, rotated);
     return Status();
 }
 

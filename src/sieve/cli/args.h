@@ -69,8 +69,11 @@ std::string join_names(const std::vector<std::string> &names);
 // The K and V row types from llama.cpp's --cache-type-k / --cache-type-v
 // values ("" = not given): f16 by default; one given alone sets both (so
 // `-ctk q8_0` quantizes the whole cache); both given may differ (q8_0 K with
-// q4_0 V), except f32, the oracle, which pairs with f32 only.
-Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::KvRowTypes *out);
+// q4_0 V), except f32, the oracle, which pairs with f32 only. rotate_k is
+// --rotate-k: "auto" (or "") rotates q4_0 keys only, "on" any keys, "off"
+// none (cpu::KvRowTypes::k_rotated).
+Status parse_cache_types(const std::string &type_k, const std::string &type_v, cpu::KvRowTypes *out,
+                         const std::string &rotate_k = "");
 
 // --kv-policy NAME[:key=value,...] or @FILE.json: one policy (null for dense);
 // errors name the flag and say what was wrong (sparse/policy_spec.h).

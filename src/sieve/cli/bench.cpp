@@ -96,6 +96,7 @@ void print_usage(FILE *out) {
         "  -ctk, --cache-type-k T      KV row type: f16 (default), bf16, f32 (exact), q8_0, q4_0\n"
         "  -ctv, --cache-type-v T      V row type (default: as -ctk, which alone sets both;\n"
         "                              K and V may differ, e.g. -ctk q8_0 -ctv q4_0)\n"
+        "      --rotate-k auto|on|off  keys rotated by a fixed Hadamard transform (auto: q4_0 keys)\n"
         "      --kv-policy P           KV policy, NAME[:key=value,...] or @FILE.json (default dense):\n"
         "                              the depth fill is the prompt it compresses (once per depth,\n"
         "                              then restored for every run); tg steps run its decode point\n"
@@ -110,7 +111,7 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
     std::string flag;
     // A list flag given by the user replaces its default; repeats append.
     bool seen_p = false, seen_n = false, seen_d = false, seen_npl = false;
-    std::string type_k, type_v;
+    std::string type_k, type_v, rotate_k;
     const auto fail = [](const Status &st) {
         std::fprintf(stderr, "sieve bench: %s\n", st.message().c_str());
         return k_exit_usage;
@@ -183,6 +184,10 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
             if (v.value() != "vattention" && v.value() != "contiguous")
                 return fail(Status::errorf("%s: expected vattention or contiguous, got '%s'", flag.c_str(), v.value().c_str()));
             o->kv = v.value();
+        } else if (flag == "--rotate-k") {
+            Result<std::string> v = args.value("auto, on or off");
+            if (!v.ok()) return fail(v.status());
+            rotate_k = v.value();
         } else if (flag == "-ctk" || flag == "--cache-type-k" || flag == "-ctv" || flag == "--cache-type-v") {
             Result<std::string> v = args.value("f16, bf16, f32, q8_0 or q4_0");
             if (!v.ok()) return fail(v.status());
@@ -202,7 +207,7 @@ int parse_options(int argc, char **argv, BenchOptions *o) {
         }
         if (!st.ok()) return fail(st);
     }
-    if (Status st = parse_cache_types(type_k, type_v, &o->kv_type); !st.ok()) return fail(st);
+    if (Status st = parse_cache_types(type_k, type_v, &o->kv_type, rotate_k); !st.ok()) return fail(st);
     if (o->kv_policy && o->kv != "vattention")
         return fail(Status::error("--kv-policy needs --kv vattention (the depth is kept as a swap image)"));
     std::sort(o->n_parallel.begin(), o->n_parallel.end());
@@ -533,6 +538,7 @@ Status bench_model(const std::string &path, const BenchOptions &o, double bw_gbp
                     row.kv_policy = o.kv_policy ? o.kv_policy->name() : "dense";
                     row.type_k = cpu::row_type_name(o.kv_type.k);
                     row.type_v = cpu::row_type_name(o.kv_type.v);
+                    row.k_rotated = o.kv_type.k_rotated;
                     row.use_mmap = o.mmap;
                     row.huge_frac = huge_frac;
                     row.n_prompt = t.n_prompt;

@@ -108,6 +108,7 @@ std::vector<Field> fields_of(const BenchRow &r, bool parallel) {
         {"n_threads", i(r.n_threads)},
         {"type_k", s(r.type_k)},
         {"type_v", s(r.type_v)},
+        {"k_rotated", Field{nullptr, r.k_rotated ? "true" : "false", r.k_rotated ? "1" : "0"}},
         {"kv_store", s(r.kv_store)},
         {"kv_policy", s(r.kv_policy)},
         {"use_mmap", Field{nullptr, r.use_mmap ? "true" : "false", r.use_mmap ? "1" : "0"}},

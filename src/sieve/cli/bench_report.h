@@ -24,6 +24,7 @@ struct BenchRow {
     int64_t n_batch = 0;
     int n_threads = 0;
     std::string type_k = "f32", type_v = "f32";
+    bool k_rotated = false;      // keys stored rotated (--rotate-k)
     std::string kv_store;        // "vattention" | "contiguous"
     std::string kv_policy = "dense";  // --kv-policy label, applied to the depth fill
     bool use_mmap = false;       // weights left in the file mapping (llama-bench's field)

@@ -38,6 +38,7 @@ struct EvalOptions {
     EvalPlan plan;
     EvalFormat format = EvalFormat::md;
     std::string type_k, type_v, ref_type;  // -ctk / -ctv / --ref-cache-type
+    std::string rotate_k;                  // --rotate-k ("" = auto)
     std::string dump_samples;              // --dump-samples FILE
     std::string dump_kept;                 // --dump-kept FILE
     bool mmap = false;
@@ -82,6 +83,8 @@ void eval_usage(FILE *out) {
         "  -ctk, --cache-type-k T    KV row type of the policy runs: f16 (default), bf16, f32, q8_0, q4_0\n"
         "  -ctv, --cache-type-v T    V row type (default: as -ctk, which alone sets both;\n"
         "                            K and V may differ, e.g. -ctk q8_0 -ctv q4_0)\n"
+        "  --rotate-k auto|on|off    keys rotated by a fixed Hadamard transform (auto: q4_0 keys);\n"
+        "                            applies to the reference's type too\n"
         "  --ref-cache-type T        KV row type of the dense reference (default: as -ctk);\n"
         "                            f32 makes it the exact oracle\n"
         "  --kv-memory BYTES         KV pool per run (default: -np full contexts)\n"
@@ -133,6 +136,8 @@ bool parse_value_flag(ArgCursor &args, const std::string &f, EvalOptions *o, Sta
         *st = take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->type_k);
     else if (f == "-ctv" || f == "--cache-type-v")
         *st = take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->type_v);
+    else if (f == "--rotate-k")
+        *st = take_string(args, "auto, on or off", &o->rotate_k);
     else if (f == "--ref-cache-type")
         *st = take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->ref_type);
     else if (f == "--samples")
@@ -216,14 +221,14 @@ Status parse_options(int argc, char **argv, EvalOptions *o) {
             p.policies.insert(p.policies.end(), specs->begin(), specs->end());
         }
     }
-    SIEVE_TRY(parse_cache_types(o->type_k, o->type_v, &p.engine.kv_type));
+    SIEVE_TRY(parse_cache_types(o->type_k, o->type_v, &p.engine.kv_type, o->rotate_k));
     p.ref_kv_type = p.engine.kv_type;
-    if (!o->ref_type.empty()) {  // one type for the reference's K and V
+    if (!o->ref_type.empty()) {  // one type for the reference's K and V, rotated as --rotate-k says
         cpu::RowType t = cpu::RowType::f16;
         if (!cpu::row_type_parse(o->ref_type, &t))
             return Status::errorf("--ref-cache-type: expected %s, got '%s'", cpu::row_type_names(),
                                   o->ref_type.c_str());
-        p.ref_kv_type = t;
+        SIEVE_TRY(parse_cache_types(o->ref_type, "", &p.ref_kv_type, o->rotate_k));
     }
     return Status();
 }

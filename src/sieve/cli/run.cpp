@@ -304,7 +304,7 @@ int cmd_run(int argc, char **argv) {
     // by default the pool holds the whole context of every lane plus a page of
     // headroom each, so only --kv-memory can make it run short.
     cpu::KvRowTypes kv_type = cpu::RowType::f16;
-    if (Status st = parse_cache_types(o.cache_type_k, o.cache_type_v, &kv_type); !st.ok()) {
+    if (Status st = parse_cache_types(o.cache_type_k, o.cache_type_v, &kv_type, o.rotate_k); !st.ok()) {
         std::fprintf(stderr, "sieve run: %s\n", st.message().c_str());
         return k_exit_usage;
     }

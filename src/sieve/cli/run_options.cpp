@@ -41,6 +41,7 @@ void run_options_usage(FILE *out) {
         "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, f32 (exact), q8_0, q4_0\n"
         "  -ctv, --cache-type-v T    V row type (default: as -ctk, which alone sets both;\n"
         "                            K and V may differ, e.g. -ctk q8_0 -ctv q4_0)\n"
+        "  --rotate-k auto|on|off    keys rotated by a fixed Hadamard transform (auto: q4_0 keys)\n"
         "  --kv-policy P             KV policy, NAME[:key=value,...] or @FILE.json (default dense;\n"
         "                            docs/sparsity.md): applied after each prompt, and while decoding\n"
         "                            for the sliding ones\n"
@@ -111,6 +112,8 @@ Status run_options_parse(int argc, char **argv, RunOptions *o) {
             SIEVE_TRY(parse_bytes(text, is(f, "--kv-memory") ? &o->kv_memory : &o->kv_page).with_context(f));
         } else if (is(f, "--kv-policy")) {
             SIEVE_TRY(take_string(args, "NAME[:key=value,...] or @FILE.json", &o->kv_policy));
+        } else if (is(f, "--rotate-k")) {
+            SIEVE_TRY(take_string(args, "auto, on or off", &o->rotate_k));
         } else if (is(f, "-ctk", "--cache-type-k") || is(f, "-ctv", "--cache-type-v")) {
             SIEVE_TRY(take_string(args, "a KV row type: f16, bf16, f32, q8_0 or q4_0",
                                  is(f, "-ctk", "--cache-type-k") ? &o->cache_type_k : &o->cache_type_v));

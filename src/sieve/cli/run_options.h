@@ -23,6 +23,7 @@ struct RunOptions {
     int64_t kv_page = 64 << 10; // --kv-page-size bytes
     std::string cache_type_k;   // -ctk f16|bf16|f32 ("" = f16)
     std::string cache_type_v;   // -ctv
+    std::string rotate_k;       // --rotate-k auto|on|off ("" = auto)
     std::string kv_policy;      // --kv-policy ("" = dense)
     bool mmap = false;          // --mmap: weights stay in the file mapping
     SamplerParams sampler;      // --temp, --top-k, ... (repeat_last_n and seed below)

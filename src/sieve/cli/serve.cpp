@@ -44,6 +44,7 @@ struct ServeOptions {
     double drain_timeout_s = 5.0;
     bool mmap = false;
     std::string cache_type_k, cache_type_v;  // -ctk / -ctv ("" = f16)
+    std::string rotate_k;                    // --rotate-k ("" = auto)
     std::string kv_policy;                   // --kv-policy ("" = dense)
     bool verbose = false;
     bool help = false;
@@ -80,6 +81,7 @@ void serve_usage(FILE *out) {
         "  -ctk, --cache-type-k T    KV row type: f16 (default), bf16, f32 (exact), q8_0, q4_0\n"
         "  -ctv, --cache-type-v T    V row type (default: as -ctk, which alone sets both;\n"
         "                            K and V may differ, e.g. -ctk q8_0 -ctv q4_0)\n"
+        "  --rotate-k auto|on|off    keys rotated by a fixed Hadamard transform (auto: q4_0 keys)\n"
         "  --kv-policy P             default KV policy, NAME[:key=value,...] or @FILE.json\n"
         "                            (default: dense); a request's \"kv_policy\" overrides it.\n"
         "                            See docs/sparsity.md. Policies:\n%s"
@@ -116,6 +118,8 @@ Status parse_serve_options(int argc, char **argv, ServeOptions *o) {
         else if (f == "--kv-page-size") SIEVE_TRY(take_bytes(args, f, &o->engine.kv_page_bytes));
         else if (f == "--swap-space") SIEVE_TRY(take_bytes(args, f, &o->engine.swap_bytes));
         else if (f == "-ctk" || f == "--cache-type-k") SIEVE_TRY(take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->cache_type_k));
+        else if (f == "--rotate-k")
+            SIEVE_TRY(take_string(args, "auto, on or off", &o->rotate_k));
         else if (f == "-ctv" || f == "--cache-type-v") SIEVE_TRY(take_string(args, "f16, bf16, f32, q8_0 or q4_0", &o->cache_type_v));
         else if (f == "--kv-policy") SIEVE_TRY(take_string(args, "NAME[:key=value,...] or @FILE.json", &o->kv_policy));
         else if (f == "--max-queue") { SIEVE_TRY(take_int(args, f, 0, 1 << 20, &v)); o->engine.max_waiting = static_cast<int>(v); }
@@ -189,7 +193,8 @@ sigset_t block_stop_signals() {
 int cmd_serve(int argc, char **argv) {
     ServeOptions o;
     Status parsed = parse_serve_options(argc, argv, &o);
-    if (parsed.ok()) parsed = parse_cache_types(o.cache_type_k, o.cache_type_v, &o.engine.kv_type);
+    if (parsed.ok())
+        parsed = parse_cache_types(o.cache_type_k, o.cache_type_v, &o.engine.kv_type, o.rotate_k);
     if (parsed.ok() && !o.kv_policy.empty()) parsed = parse_kv_policy_flag(o.kv_policy, &o.engine.kv_policy);
     if (!parsed.ok()) {
         std::fprintf(stderr, "error: %s\nsee `sieve serve --help` for the options\n", parsed.message().c_str());

@@ -538,6 +538,13 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             const float *cs = ws.rope_cs_.data() + t0 * c.head_dim;
             cpu::rope_apply(qt, cs, t1 - t0, c.n_head, c.head_dim, neox);
             cpu::rope_apply(kt, cs, t1 - t0, c.n_head_kv, c.head_dim, neox);
+            if (ks.type.k_rotated) {
+                // Rotated keys (cpu::KvRowTypes::k_rotated): Q and K alike, after
+                // RoPE, so every q.k the attention, the scores and the page
+                // summaries see is the unrotated one up to rounding.
+                cpu::hadamard_rotate(qt, (t1 - t0) * c.n_head, c.head_dim);
+                cpu::hadamard_rotate(kt, (t1 - t0) * c.n_head_kv, c.head_dim);
+            }
         });
         dump("q", li, q, T, c.q_dim());
         dump("k", li, k, T, c.kv_dim());

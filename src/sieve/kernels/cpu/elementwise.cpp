@@ -3,6 +3,7 @@
 // the compiler vectorizes, except SwiGLU's exp (explicit vectors); accuracy
 // choices are noted. The forward pass runs them on token ranges in parallel.
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "sieve/core/status.h"
@@ -67,6 +68,73 @@ void rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads, int64
     for (int64_t t = 0; t < n_tokens; ++t) {
         rope_table(pos + t, 1, head_dim, inv_freq, cs.data());
         rope_apply(x + t * n_heads * head_dim, cs.data(), 1, n_heads, head_dim, neox);
+    }
+}
+
+float hadamard_sign(int64_t i) {
+    // splitmix64 of the index: fixed signs with no table and no state.
+    uint64_t z = static_cast<uint64_t>(i) + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (z & 1) ? -1.0f : 1.0f;
+}
+
+namespace {
+
+// The largest power of two <= n (n >= 1).
+int64_t pow2_floor(int64_t n) {
+    int64_t b = 1;
+    while (b * 2 <= n) b *= 2;
+    return b;
+}
+
+}  // namespace
+
+void hadamard_rotate(float *x, int64_t n_vecs, int64_t head_dim) {
+    SIEVE_CHECKF(head_dim > 0 && head_dim % 2 == 0, "hadamard_rotate: head_dim = %lld must be even",
+                 static_cast<long long>(head_dim));
+    for (int64_t v = 0; v < n_vecs; ++v) {
+        float *xv = x + v * head_dim;
+        for (int64_t i = 0; i < head_dim; ++i) xv[i] *= hadamard_sign(i);
+        for (int64_t o = 0; o < head_dim;) {
+            const int64_t b = pow2_floor(head_dim - o);
+            float *xb = xv + o;
+            // Fast Walsh-Hadamard transform: log2(b) butterfly stages.
+            for (int64_t h = 1; h < b; h *= 2)
+                for (int64_t i = 0; i < b; i += 2 * h)
+                    for (int64_t j = i; j < i + h; ++j) {
+                        const float a = xb[j], c = xb[j + h];
+                        xb[j] = a + c;
+                        xb[j + h] = a - c;
+                    }
+            const float s = 1.0f / std::sqrt(static_cast<float>(b));
+            for (int64_t i = 0; i < b; ++i) xb[i] *= s;
+            o += b;
+        }
+    }
+}
+
+void hadamard_rotate_ref(float *x, int64_t n_vecs, int64_t head_dim) {
+    SIEVE_CHECKF(head_dim > 0 && head_dim % 2 == 0, "hadamard_rotate: head_dim = %lld must be even",
+                 static_cast<long long>(head_dim));
+    std::vector<double> in(static_cast<size_t>(head_dim));
+    for (int64_t v = 0; v < n_vecs; ++v) {
+        float *xv = x + v * head_dim;
+        for (int64_t i = 0; i < head_dim; ++i)
+            in[static_cast<size_t>(i)] = static_cast<double>(xv[i]) * hadamard_sign(i);
+        for (int64_t o = 0; o < head_dim;) {
+            const int64_t b = pow2_floor(head_dim - o);
+            // Sylvester's H: entry (r, c) is (-1)^popcount(r & c).
+            for (int64_t r = 0; r < b; ++r) {
+                double acc = 0.0;
+                for (int64_t c = 0; c < b; ++c)
+                    acc += (__builtin_popcountll(static_cast<uint64_t>(r & c)) & 1 ? -1.0 : 1.0) *
+                           in[static_cast<size_t>(o + c)];
+                xv[o + r] = static_cast<float>(acc / std::sqrt(static_cast<double>(b)));
+            }
+            o += b;
+        }
     }
 }
 

@@ -29,15 +29,19 @@ void check_block(RowType t, int64_t e0, int64_t n, const char *who) {
 const char *row_type_name(KvRowTypes t) {
     constexpr int n = static_cast<int>(sizeof(k_row_types) / sizeof(k_row_types[0]));
     static const auto names = [] {
-        std::array<std::string, n * n> a;
-        for (int i = 0; i < n; ++i)
-            for (int j = 0; j < n; ++j)
-                a[static_cast<size_t>(i * n + j)] =
-                    i == j ? std::string(row_type_name(k_row_types[i]))
-                           : std::string(row_type_name(k_row_types[i])) + "/" + row_type_name(k_row_types[j]);
+        std::array<std::string, 2 * n * n> a;
+        for (int r = 0; r < 2; ++r)
+            for (int i = 0; i < n; ++i)
+                for (int j = 0; j < n; ++j)
+                    a[static_cast<size_t>((r * n + i) * n + j)] =
+                        (i == j ? std::string(row_type_name(k_row_types[i]))
+                                : std::string(row_type_name(k_row_types[i])) + "/" +
+                                      row_type_name(k_row_types[j])) +
+                        (r ? " rotated-K" : "");
         return a;
     }();
-    return names[static_cast<size_t>(static_cast<int>(t.k) * n + static_cast<int>(t.v))].c_str();
+    const int r = t.k_rotated ? 1 : 0;
+    return names[static_cast<size_t>((r * n + static_cast<int>(t.k)) * n + static_cast<int>(t.v))].c_str();
 }
 
 float row_elem(RowType t, const void *base, int64_t i) {

@@ -73,6 +73,20 @@ void rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads, int64
 void rope_table(const int32_t *pos, int64_t n_tokens, int64_t head_dim, const float *inv_freq, float *cs);
 void rope_apply(float *x, const float *cs, int64_t n_tokens, int64_t n_heads, int64_t head_dim, bool neox);
 
+// A fixed orthogonal rotation of every head vector, for the keys of a
+// quantized K cache (QuaRot, Ashkboos et al. 2024): x <- R x with
+// R = H D / sqrt(b) per block, H the b x b Sylvester-Hadamard matrix, D a
+// fixed diagonal of signs (the same for every call with this head_dim), and
+// head_dim split into power-of-two blocks, largest first (80 = 64 + 16).
+// Q and K rotated alike keep every q.k (R is orthogonal) while a few large
+// channels of K are spread over the whole block, so a per-row scale rounds
+// them less coarsely. x: [n_vecs, head_dim] in place; head_dim even.
+void hadamard_rotate(float *x, int64_t n_vecs, int64_t head_dim);
+// The same rotation as a dense matrix product, the test oracle.
+void hadamard_rotate_ref(float *x, int64_t n_vecs, int64_t head_dim);
+// The sign D applies to element i (+1 or -1): fixed, from i alone.
+float hadamard_sign(int64_t i);
+
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float *gate, const float *up, int64_t n);
 

@@ -69,18 +69,29 @@ inline bool row_type_parse(const std::string &s, RowType *out) {
 // and V may differ (q8_0 keys with q4_0 values keep answers where q4_0 keys
 // lose them, docs/sparsity.md "Quantized KV"); f32, the oracle, goes with
 // f32 only.
+//
+// k_rotated: the keys are stored rotated by the fixed orthogonal
+// hadamard_rotate (ops.h), and every query is rotated alike before it meets
+// them, so q.k is unchanged while outlier channels no longer set a 4-bit
+// row's scale (--rotate-k; on by default for q4_0 keys). It is part of the
+// type: rows of the two kinds are never mixed or shared.
 struct KvRowTypes {
     RowType k = RowType::f32, v = RowType::f32;
+    bool k_rotated = false;
 
     constexpr KvRowTypes() = default;
     constexpr KvRowTypes(RowType both) : k(both), v(both) {}  // NOLINT(google-explicit-constructor)
-    constexpr KvRowTypes(RowType k_type, RowType v_type) : k(k_type), v(v_type) {}
+    constexpr KvRowTypes(RowType k_type, RowType v_type, bool rotated = false)
+        : k(k_type), v(v_type), k_rotated(rotated) {}
     constexpr bool uniform() const { return k == v; }
-    friend constexpr bool operator==(KvRowTypes a, KvRowTypes b) { return a.k == b.k && a.v == b.v; }
+    friend constexpr bool operator==(KvRowTypes a, KvRowTypes b) {
+        return a.k == b.k && a.v == b.v && a.k_rotated == b.k_rotated;
+    }
     friend constexpr bool operator!=(KvRowTypes a, KvRowTypes b) { return !(a == b); }
 };
 
-// "q8_0" when K and V share the type, else "K/V" ("q8_0/q4_0").
+// "q8_0" when K and V share the type, else "K/V" ("q8_0/q4_0"); rotated
+// keys add " rotated-K" ("q4_0 rotated-K").
 const char *row_type_name(KvRowTypes t);
 
 // Whether rows of head_dim elements can be stored as t (the quantized types
