@@ -680,5 +680,90 @@ TEST_F(KvQuantModel, RotatedKeysKeepTheLogitsAndStoreRotatedRows) {
     EXPECT_NE(c, e);
 }
 
+TEST(KvQuant, RotatedKeysOfABiasedModelLoseTheBiasMeanAndKeepTheLogits) {
+    // A qwen2 model with K biases: rotated keys first subtract each layer's
+    // bias averaged over the RoPE positions of the training context. That
+    // mean is checked against a brute-force average of the rotated bias, and
+    // a constant per KV head leaves every softmax as it was: the logits of
+    // f32 rows with and without it agree to float error, and layer 0's K
+    // lanes hold the plain rows less the mean, rotated.
+    gguf_test::TinyModel tm;
+    tm.arch = "qwen2";
+    tm.qkv_bias = true;
+    tm.n_embd = 256;
+    tm.n_head = 4;
+    tm.n_head_kv = 2;
+    tm.n_ff = 96;
+    tm.n_vocab = 41;
+    tm.n_ctx = 300;
+    const std::string path = ::testing::TempDir() + "/sieve_kv_quant_qwen2.gguf";
+    ASSERT_TRUE(gguf_test::make_tiny_model(tm, 407).write(path).ok());
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    auto m = Model::load(**f);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const Model &model = **m;
+    const int64_t d = model.config().head_dim, n_kv = model.config().n_head_kv, kv_dim = n_kv * d;
+    ASSERT_EQ(64, d);
+    const std::vector<float> &centre = model.k_centre();
+    ASSERT_EQ(static_cast<size_t>(model.config().n_layer * kv_dim), centre.size());
+    for (int64_t il = 0; il < model.config().n_layer; ++il) {
+        std::vector<double> mean(static_cast<size_t>(kv_dim), 0.0);
+        for (int32_t p = 0; p < tm.n_ctx; ++p) {
+            std::vector<float> b(model.layer(il).bk, model.layer(il).bk + kv_dim);
+            cpu::rope(b.data(), &p, 1, n_kv, d, model.rope_inv_freq().data(), true);
+            for (int64_t j = 0; j < kv_dim; ++j)
+                mean[static_cast<size_t>(j)] += b[static_cast<size_t>(j)] / tm.n_ctx;
+        }
+        double max_b = 0;
+        for (int64_t j = 0; j < kv_dim; ++j)
+            max_b = std::max(max_b, static_cast<double>(std::fabs(model.layer(il).bk[j])));
+        for (int64_t j = 0; j < kv_dim; ++j)
+            ASSERT_NEAR(centre[static_cast<size_t>(il * kv_dim + j)], mean[static_cast<size_t>(j)],
+                        1e-5 * max_b)
+                << "layer " << il << " channel " << j;
+    }
+
+    std::mt19937 rng(408);
+    std::vector<int32_t> tokens(150);
+    for (int32_t &t : tokens) t = static_cast<int32_t>(rng() % tm.n_vocab);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    ThreadPool pool(2);
+    const auto run = [&](KvCache &kv) {
+        auto ws = model.make_workspace(n, n);
+        std::vector<int32_t> pos(tokens.size()), seq(tokens.size(), 0);
+        for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+        std::vector<int8_t> want(tokens.size(), 1);
+        EXPECT_TRUE(kv.reserve(0, n).ok());
+        EXPECT_TRUE(
+            model.forward(Batch{tokens.data(), pos.data(), seq.data(), n, want.data()}, kv, *ws, pool).ok());
+        return std::vector<float>(ws->logits(), ws->logits() + n * tm.n_vocab);
+    };
+    auto plain = ContiguousKv::create(model.kv_shape(1, cpu::RowType::f32), n);
+    auto rotated = ContiguousKv::create(
+        model.kv_shape(1, cpu::KvRowTypes{cpu::RowType::f32, cpu::RowType::f32, true}), n);
+    ASSERT_TRUE(plain.ok() && rotated.ok());
+    const std::vector<float> a = run(**plain), b = run(**rotated);
+    double max_logit = 0, max_diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        max_logit = std::max(max_logit, static_cast<double>(std::fabs(a[i])));
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    }
+    EXPECT_LT(max_diff, 1e-4 * max_logit) << "max |logit| " << max_logit;
+    for (int64_t g = 0; g < n_kv; ++g) {
+        const float *k = static_cast<const float *>((*plain)->k_data(0, 0, g));
+        std::vector<float> want(k, k + n * d);
+        for (int64_t r = 0; r < n; ++r)
+            for (int64_t i = 0; i < d; ++i)
+                want[static_cast<size_t>(r * d + i)] -= centre[static_cast<size_t>(g * d + i)];
+        cpu::hadamard_rotate(want.data(), n, d);
+        const float *got = static_cast<const float *>((*rotated)->k_data(0, 0, g));
+        for (int64_t i = 0; i < n * d; ++i)
+            ASSERT_NEAR(got[i], want[static_cast<size_t>(i)],
+                        1e-5f * (1.0f + std::fabs(want[static_cast<size_t>(i)])))
+                << "kv head " << g << " element " << i;
+    }
+}
+
 }  // namespace
 }  // namespace sieve

@@ -216,6 +216,32 @@ Status Model::bind() {
         for (double &f : freq) f /= c.rope_scaling.linear_factor;
     }
     inv_freq_.assign(freq.begin(), freq.end());
+
+    // The K bias's mean over RoPE positions 0 .. P-1 (P: the training
+    // context): pair i turns by freq_i per position, and the mean of
+    // e^(j freq p) is e^(j freq (P-1)/2) sin(freq P / 2) / (P sin(freq / 2)),
+    // about 1 for the slow pairs (where Qwen2's large K biases sit) and
+    // about 0 for the fast ones.
+    if (!layers_.empty() && layers_[0].bk) {
+        const double P = static_cast<double>(std::max<int64_t>(c.n_ctx_train, 1));
+        const bool neox = c.rope_type == RopeType::neox;
+        k_centre_.assign(static_cast<size_t>(c.n_layer * c.kv_dim()), 0.0f);
+        for (int64_t il = 0; il < c.n_layer; ++il)
+            for (int64_t g = 0; g < c.n_head_kv; ++g)
+                for (int64_t i = 0; i < half; ++i) {
+                    const double f = freq[static_cast<size_t>(i)];
+                    const double amp = std::fabs(std::sin(f / 2)) < 1e-12
+                                           ? 1.0
+                                           : std::sin(f * P / 2) / (P * std::sin(f / 2));
+                    const double C = amp * std::cos(f * (P - 1) / 2), S = amp * std::sin(f * (P - 1) / 2);
+                    const int64_t base = il * c.kv_dim() + g * c.head_dim;
+                    const int64_t i0 = base + (neox ? i : 2 * i), i1 = base + (neox ? i + half : 2 * i + 1);
+                    const double a = layers_[static_cast<size_t>(il)].bk[i0 - il * c.kv_dim()];
+                    const double b = layers_[static_cast<size_t>(il)].bk[i1 - il * c.kv_dim()];
+                    k_centre_[static_cast<size_t>(i0)] = static_cast<float>(a * C - b * S);
+                    k_centre_[static_cast<size_t>(i1)] = static_cast<float>(a * S + b * C);
+                }
+    }
     return Status();
 }
 
@@ -539,9 +565,15 @@ Status Model::forward(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             cpu::rope_apply(qt, cs, t1 - t0, c.n_head, c.head_dim, neox);
             cpu::rope_apply(kt, cs, t1 - t0, c.n_head_kv, c.head_dim, neox);
             if (ks.type.k_rotated) {
-                // Rotated keys (cpu::KvRowTypes::k_rotated): Q and K alike, after
-                // RoPE, so every q.k the attention, the scores and the page
-                // summaries see is the unrotated one up to rounding.
+                // Rotated keys (cpu::KvRowTypes::k_rotated): K less its
+                // bias's mean over positions (k_centre_), then Q and K rotated
+                // alike, after RoPE, so every softmax, score and page rank the
+                // kernels compute is the plain one up to rounding.
+                if (!k_centre_.empty()) {
+                    const float *m = k_centre_.data() + il * c.kv_dim();
+                    for (int64_t t = 0; t < t1 - t0; ++t)
+                        for (int64_t j = 0; j < c.kv_dim(); ++j) kt[t * c.kv_dim() + j] -= m[j];
+                }
                 cpu::hadamard_rotate(qt, (t1 - t0) * c.n_head, c.head_dim);
                 cpu::hadamard_rotate(kt, (t1 - t0) * c.n_head_kv, c.head_dim);
             }

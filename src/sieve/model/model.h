@@ -186,6 +186,10 @@ public:
     const GgufFile &file() const { return file_; }
     // [head_dim / 2] RoPE angular frequencies after scaling.
     const std::vector<float> &rope_inv_freq() const { return inv_freq_; }
+    // What rotated keys subtract before the rotation, [n_layer][kv_dim]
+    // (empty for models without K biases; see k_centre_).
+    const std::vector<float> &k_centre() const { return k_centre_; }
+    const LayerWeights &layer(int64_t il) const { return layers_[static_cast<size_t>(il)]; }
     // Shape of the KV store this model needs for n_seq sequence slots with
     // rows of `type` (f32: the oracle; f16: what run / serve / bench default to).
     KvShape kv_shape(int n_seq, cpu::KvRowTypes type = cpu::RowType::f32) const;
@@ -222,6 +226,12 @@ private:
     const float *output_norm_ = nullptr;
     std::vector<LayerWeights> layers_;
     std::vector<float> inv_freq_;
+    // [n_layer][kv_dim]: each layer's K bias after RoPE, averaged over the
+    // positions of the training context (empty without K biases). Rotated
+    // keys subtract it first: a constant vector per KV head changes every
+    // q.k of one query by the same amount, so softmax, scores and page
+    // ranks do not move, and the large bias channels leave the 4-bit scale.
+    std::vector<float> k_centre_;
     // Vectors stored in a non-f32 type are converted once at load and kept here.
     std::vector<std::unique_ptr<float[]>> owned_;
     // The streamed matrices (place_weights): copies, and Q4_0 / Q8_0 ones
