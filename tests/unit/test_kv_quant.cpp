@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine_test_util.h"
@@ -587,6 +588,26 @@ TEST(KvQuant, HeadSizesThatCannotBeQuantizedAreErrors) {
     EXPECT_NE(std::string::npos, v.status().message().find("multiple of 32")) << v.status().message();
 }
 
+// Rotated-key checks: the largest |logit| of a and the largest |a - b|, and
+// a K lane (n rows of d) against `want` rotated.
+std::pair<double, double> max_logit_and_diff(const std::vector<float> &a, const std::vector<float> &b) {
+    double max_logit = 0, max_diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        max_logit = std::max(max_logit, static_cast<double>(std::fabs(a[i])));
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    }
+    return {max_logit, max_diff};
+}
+
+void expect_rotated_lane(const void *lane, std::vector<float> want, int64_t n, int64_t d, int64_t g) {
+    cpu::hadamard_rotate(want.data(), n, d);
+    const float *got = static_cast<const float *>(lane);
+    for (int64_t i = 0; i < n * d; ++i)
+        ASSERT_NEAR(got[i], want[static_cast<size_t>(i)],
+                    1e-5f * (1.0f + std::fabs(want[static_cast<size_t>(i)])))
+            << "kv head " << g << " element " << i;
+}
+
 TEST(KvQuant, RotationCutsTheQ4ErrorOfKeysWithOutlierChannels) {
     // Keys with two large channels nearly constant across rows (what a
     // K-projection bias leaves in the slow RoPE pairs): a q4_0 row's scale
@@ -650,22 +671,12 @@ TEST_F(KvQuantModel, RotatedKeysKeepTheLogitsAndStoreRotatedRows) {
     ASSERT_TRUE(plain.ok() && rotated.ok());
     const std::vector<float> a = run(**plain, tokens, 100), b = run(**rotated, tokens, 100);
     ASSERT_EQ(a.size(), b.size());
-    double max_logit = 0, max_diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        max_logit = std::max(max_logit, static_cast<double>(std::fabs(a[i])));
-        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
-    }
+    const auto [max_logit, max_diff] = max_logit_and_diff(a, b);
     EXPECT_GT(max_diff, 0.0);  // a different rounding, not a no-op
     EXPECT_LT(max_diff, 1e-4 * max_logit) << "max |logit| " << max_logit;
     for (int64_t g = 0; g < n_kv; ++g) {
-        std::vector<float> want(static_cast<const float *>((*plain)->k_data(0, 0, g)),
-                                static_cast<const float *>((*plain)->k_data(0, 0, g)) + n * d);
-        cpu::hadamard_rotate(want.data(), n, d);
-        const float *got = static_cast<const float *>((*rotated)->k_data(0, 0, g));
-        for (int64_t i = 0; i < n * d; ++i)
-            ASSERT_NEAR(got[i], want[static_cast<size_t>(i)],
-                        1e-5f * (1.0f + std::fabs(want[static_cast<size_t>(i)])))
-                << "kv head " << g << " element " << i;
+        const float *k = static_cast<const float *>((*plain)->k_data(0, 0, g));
+        expect_rotated_lane((*rotated)->k_data(0, 0, g), std::vector<float>(k, k + n * d), n, d, g);
         // V is not rotated.
         ASSERT_EQ(0,
                   std::memcmp((*plain)->v_data(0, 0, g), (*rotated)->v_data(0, 0, g), sizeof(float) * n * d));
@@ -744,11 +755,7 @@ TEST(KvQuant, RotatedKeysOfABiasedModelLoseTheBiasMeanAndKeepTheLogits) {
         model.kv_shape(1, cpu::KvRowTypes{cpu::RowType::f32, cpu::RowType::f32, true}), n);
     ASSERT_TRUE(plain.ok() && rotated.ok());
     const std::vector<float> a = run(**plain), b = run(**rotated);
-    double max_logit = 0, max_diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        max_logit = std::max(max_logit, static_cast<double>(std::fabs(a[i])));
-        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
-    }
+    const auto [max_logit, max_diff] = max_logit_and_diff(a, b);
     EXPECT_LT(max_diff, 1e-4 * max_logit) << "max |logit| " << max_logit;
     for (int64_t g = 0; g < n_kv; ++g) {
         const float *k = static_cast<const float *>((*plain)->k_data(0, 0, g));
@@ -756,12 +763,7 @@ TEST(KvQuant, RotatedKeysOfABiasedModelLoseTheBiasMeanAndKeepTheLogits) {
         for (int64_t r = 0; r < n; ++r)
             for (int64_t i = 0; i < d; ++i)
                 want[static_cast<size_t>(r * d + i)] -= centre[static_cast<size_t>(g * d + i)];
-        cpu::hadamard_rotate(want.data(), n, d);
-        const float *got = static_cast<const float *>((*rotated)->k_data(0, 0, g));
-        for (int64_t i = 0; i < n * d; ++i)
-            ASSERT_NEAR(got[i], want[static_cast<size_t>(i)],
-                        1e-5f * (1.0f + std::fabs(want[static_cast<size_t>(i)])))
-                << "kv head " << g << " element " << i;
+        expect_rotated_lane((*rotated)->k_data(0, 0, g), want, n, d, g);
     }
 }
 
