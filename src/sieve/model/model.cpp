@@ -225,15 +225,19 @@ Status Model::bind() {
     if (!layers_.empty() && layers_[0].bk) {
         const double P = static_cast<double>(std::max<int64_t>(c.n_ctx_train, 1));
         const bool neox = c.rope_type == RopeType::neox;
+        std::vector<double> mean_cos(static_cast<size_t>(half)), mean_sin(static_cast<size_t>(half));
+        for (int64_t i = 0; i < half; ++i) {
+            const double f = freq[static_cast<size_t>(i)];
+            const double amp =
+                std::fabs(std::sin(f / 2)) < 1e-12 ? 1.0 : std::sin(f * P / 2) / (P * std::sin(f / 2));
+            mean_cos[static_cast<size_t>(i)] = amp * std::cos(f * (P - 1) / 2);
+            mean_sin[static_cast<size_t>(i)] = amp * std::sin(f * (P - 1) / 2);
+        }
         k_centre_.assign(static_cast<size_t>(c.n_layer * c.kv_dim()), 0.0f);
         for (int64_t il = 0; il < c.n_layer; ++il)
             for (int64_t g = 0; g < c.n_head_kv; ++g)
                 for (int64_t i = 0; i < half; ++i) {
-                    const double f = freq[static_cast<size_t>(i)];
-                    const double amp = std::fabs(std::sin(f / 2)) < 1e-12
-                                           ? 1.0
-                                           : std::sin(f * P / 2) / (P * std::sin(f / 2));
-                    const double C = amp * std::cos(f * (P - 1) / 2), S = amp * std::sin(f * (P - 1) / 2);
+                    const double C = mean_cos[static_cast<size_t>(i)], S = mean_sin[static_cast<size_t>(i)];
                     const int64_t base = il * c.kv_dim() + g * c.head_dim;
                     const int64_t i0 = base + (neox ? i : 2 * i), i1 = base + (neox ? i + half : 2 * i + 1);
                     const double a = layers_[static_cast<size_t>(il)].bk[i0 - il * c.kv_dim()];

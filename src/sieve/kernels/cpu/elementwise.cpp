@@ -94,9 +94,11 @@ int64_t pow2_floor(int64_t n) {
 void hadamard_rotate(float *x, int64_t n_vecs, int64_t head_dim) {
     SIEVE_CHECKF(head_dim > 0 && head_dim % 2 == 0, "hadamard_rotate: head_dim = %lld must be even",
                  static_cast<long long>(head_dim));
+    std::vector<float> signs(static_cast<size_t>(head_dim));  // once per call, not per vector
+    for (int64_t i = 0; i < head_dim; ++i) signs[static_cast<size_t>(i)] = hadamard_sign(i);
     for (int64_t v = 0; v < n_vecs; ++v) {
         float *xv = x + v * head_dim;
-        for (int64_t i = 0; i < head_dim; ++i) xv[i] *= hadamard_sign(i);
+        for (int64_t i = 0; i < head_dim; ++i) xv[i] *= signs[static_cast<size_t>(i)];
         for (int64_t o = 0; o < head_dim;) {
             const int64_t b = pow2_floor(head_dim - o);
             float *xb = xv + o;

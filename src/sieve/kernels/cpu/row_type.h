@@ -70,10 +70,11 @@ inline bool row_type_parse(const std::string &s, RowType *out) {
 // lose them, docs/sparsity.md "Quantized KV"); f32, the oracle, goes with
 // f32 only.
 //
-// k_rotated: the keys are stored rotated by the fixed orthogonal
-// hadamard_rotate (ops.h), and every query is rotated alike before it meets
-// them, so q.k is unchanged while outlier channels no longer set a 4-bit
-// row's scale (--rotate-k; on by default for q4_0 keys). It is part of the
+// k_rotated: the keys are stored centred (less the model's K-bias mean,
+// Model::k_centre) and rotated by the fixed orthogonal hadamard_rotate
+// (ops.h), every query rotated alike, so softmax is unchanged while outlier
+// channels no longer set a 4-bit row's scale (--rotate-k; on by default for
+// q4_0 keys). It is part of the
 // type: rows of the two kinds are never mixed or shared.
 struct KvRowTypes {
     RowType k = RowType::f32, v = RowType::f32;
