@@ -9,6 +9,7 @@
 // machine compare the wall-clock "Time" column instead.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/matmul_q8.h"
 #include "sieve/kernels/cpu/ops.h"
+#include "sieve/kernels/cpu/page_select.h"
 
 using namespace sieve;
 
@@ -350,6 +352,40 @@ void bm_attention_decode_step(benchmark::State &state) {
                            benchmark::Counter::kIsRate);
 }
 
+// Quest page scores of one KV head's group (Qwen2.5-0.5B: 7 query heads of
+// 64) over range(0) logical pages of 16 rows (2048 = a 32k lane), with the
+// group combined by max (raw bounds) or mass (a softmax over pages per head).
+void bm_page_scores(benchmark::State &state, cpu::PageAgg agg) {
+    const int64_t n_pages = state.range(0), group = 7, d = 64;
+    std::mt19937 rng(5);
+    const std::vector<float> mm = test::random_values(rng, static_cast<size_t>(n_pages * 2 * d), 2.0f);
+    std::vector<uint16_t> summary(mm.size());
+    for (int64_t p = 0; p < n_pages; ++p)
+        for (int64_t c = 0; c < d; ++c) {  // min <= max per channel
+            const float a = mm[static_cast<size_t>((2 * p) * d + c)],
+                        b = mm[static_cast<size_t>((2 * p + 1) * d + c)];
+            summary[static_cast<size_t>((2 * p) * d + c)] = fp32_to_fp16(std::min(a, b));
+            summary[static_cast<size_t>((2 * p + 1) * d + c)] = fp32_to_fp16(std::max(a, b));
+        }
+    const std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
+    std::vector<float> out(static_cast<size_t>(n_pages));
+    cpu::PageScoreArgs a;
+    a.q = q.data();
+    a.group = group;
+    a.d = d;
+    a.summary = summary.data();
+    a.n_pages = n_pages;
+    a.agg = agg;
+    a.scale = 0.125f;
+    a.out = out.data();
+    for (auto _ : state) {
+        cpu::quest_page_scores(a);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["pages/s"] =
+        benchmark::Counter(static_cast<double>(n_pages * state.iterations()), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 // Decode steps of 1..32 tokens on the shapes of the two long-context files
@@ -439,5 +475,10 @@ BENCHMARK_CAPTURE(bm_attention_decode_kv_type, q8_0_q4_0,
     ->Unit(benchmark::kMicrosecond);
 // SmolLM2's 30 layers, 1 and 8 sequences at depth 544 (the -npl bench's mean).
 BENCHMARK(bm_attention_decode_step)->Args({1, 544, 30})->Args({8, 544, 30})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_page_scores, max, cpu::PageAgg::max)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_page_scores, mass, cpu::PageAgg::mass)
+    ->Arg(512)
+    ->Arg(2048)
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -33,7 +33,7 @@ TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
         std::vector<uint16_t> summary(static_cast<size_t>(n_pages * 2 * d));
         summarize_lane_ref(cpu::RowType::f16, keys.data(), n_rows, d, summary.data());
         const std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
-        for (bool agg_max : {true, false}) {
+        for (cpu::PageAgg agg : {cpu::PageAgg::max, cpu::PageAgg::mean, cpu::PageAgg::mass}) {
             std::vector<float> got(static_cast<size_t>(n_pages)), want(got.size());
             cpu::PageScoreArgs a;
             a.q = q.data();
@@ -41,7 +41,8 @@ TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
             a.d = d;
             a.summary = summary.data();
             a.n_pages = n_pages;
-            a.agg_max = agg_max;
+            a.agg = agg;
+            a.scale = 1.0f / std::sqrt(static_cast<float>(d));
             a.out = got.data();
             cpu::quest_page_scores(a);
             a.out = want.data();
@@ -49,7 +50,7 @@ TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
             for (int64_t p = 0; p < n_pages; ++p) {
                 ASSERT_NEAR(got[p], want[p], 1e-4f * (1.0f + std::fabs(want[p]))) << "page " << p;
                 // The bound: no key of the page scores above it (for max, per head).
-                if (!agg_max) continue;
+                if (agg != cpu::PageAgg::max) continue;
                 for (int64_t r = p * k_summary_rows; r < std::min(n_rows, (p + 1) * k_summary_rows); ++r)
                     for (int64_t h = 0; h < group; ++h) {
                         double dot = 0.0;
@@ -58,6 +59,50 @@ TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
                     }
             }
         }
+    }
+}
+
+// agg=mass: each head's bounds become a softmax over the pages, so the
+// group's scores add up to the group size whatever the query norms, and one
+// head alone ranks the pages as its raw bounds do.
+TEST(QuestScores, MassGivesEveryHeadOneUnitAndKeepsOneHeadsOrder) {
+    std::mt19937 rng(92);
+    for (int rep = 0; rep < 20; ++rep) {
+        const int64_t group = 1 + rep % 7, d = rep % 2 ? 64 : 40;
+        const int64_t n_rows = 17 + static_cast<int64_t>(rng() % 900), n_pages = summary_pages(n_rows);
+        std::vector<uint16_t> keys(static_cast<size_t>(n_rows * d));
+        const std::vector<float> kv = test::random_values(rng, keys.size(), 3.0f);
+        for (size_t i = 0; i < keys.size(); ++i) keys[i] = fp32_to_fp16(kv[i]);
+        std::vector<uint16_t> summary(static_cast<size_t>(n_pages * 2 * d));
+        summarize_lane_ref(cpu::RowType::f16, keys.data(), n_rows, d, summary.data());
+        std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
+        for (int64_t c = 0; c < d; ++c) q[static_cast<size_t>(c)] *= 25.0f;  // one head with a large norm
+        std::vector<float> mass(static_cast<size_t>(n_pages)), mx(mass.size());
+        cpu::PageScoreArgs a;
+        a.q = q.data();
+        a.group = group;
+        a.d = d;
+        a.summary = summary.data();
+        a.n_pages = n_pages;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+        a.agg = cpu::PageAgg::mass;
+        a.out = mass.data();
+        cpu::quest_page_scores(a);
+        double total = 0.0;
+        for (float m : mass) {
+            ASSERT_GE(m, 0.0f);
+            total += m;
+        }
+        EXPECT_NEAR(total, static_cast<double>(group), 1e-4 * static_cast<double>(group));
+        if (group != 1) continue;
+        a.agg = cpu::PageAgg::max;
+        a.out = mx.data();
+        cpu::quest_page_scores(a);
+        for (int64_t i = 0; i < n_pages; ++i)
+            for (int64_t j = 0; j < n_pages; ++j)
+                if (mx[i] > mx[j] + 1e-3f * (1.0f + std::fabs(mx[j]))) {
+                    ASSERT_GE(mass[i], mass[j]) << i << " " << j;
+                }
     }
 }
 
@@ -107,7 +152,8 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
     a.d = d;
     a.summary = summary.data();
     a.n_pages = n_logical;
-    a.agg_max = p.agg_max;
+    a.agg = p.agg;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d));
     a.out = logical.data();
     cpu::quest_page_scores(a);
     std::set<int64_t> units = {newest};
@@ -146,6 +192,7 @@ TEST(QuestSelector, SpansAreTheBestUnitsWithinTheBudgetPlusSinkRecentAndNewest) 
         {"quest:budget=256,page=64,full_layers=0", {1000, 700}},
         {"quest:budget=128,page=16,sink=40,recent=50,full_layers=1", {333, 129}},
         {"quest:budget=64,page=32,agg=mean,full_layers=0", {97, 300}},
+        {"quest:budget=64,agg=mass,full_layers=0", {97, 300}},
         {"quest:budget=512,page=64,full_layers=0", {400, 2000}},  // head 0 within the budget: dense
         {"quest:budget=64,page=64,sink=0,full_layers=0", {600, 600}},
     };
@@ -230,7 +277,7 @@ TEST(QuestSelector, BadSpecsSayWhatIsExpected) {
              {"quest:page=24", "page=24: expected a multiple of 16"},
              {"quest:budget=32,page=64", "budget=32 is below one page"},
              {"quest:interval=0", "interval=0: expected an integer"},
-             {"quest:agg=median", "agg=median: expected max or mean"},
+             {"quest:agg=median", "agg=median: expected max, mean or mass"},
              {"quest:keep=0.1", "quest has no key 'keep'"}}) {
         auto spec = kv_policy_spec_parse(text);
         std::string msg = spec.ok() ? kv_policy_make(*spec).status().message() : spec.status().message();

@@ -129,9 +129,14 @@ Status parse_page_selection(const KvPolicySpec &spec, QuestParams *p) {
                               static_cast<long long>(p->budget), static_cast<long long>(p->page));
     SIEVE_TRY(parse_int(spec, "interval", 1, 1 << 20, &p->interval));
     if (auto it = spec.params.find("agg"); it != spec.params.end()) {
-        if (it->second != "mean" && it->second != "max")
-            return Status::errorf("agg=%s: expected max or mean", it->second.c_str());
-        p->agg_max = it->second == "max";
+        if (it->second == "max")
+            p->agg = cpu::PageAgg::max;
+        else if (it->second == "mean")
+            p->agg = cpu::PageAgg::mean;
+        else if (it->second == "mass")
+            p->agg = cpu::PageAgg::mass;
+        else
+            return Status::errorf("agg=%s: expected max, mean or mass", it->second.c_str());
     }
     return Status();
 }
@@ -176,29 +181,44 @@ Result<KvPolicyPtr> make_lserve(const KvPolicySpec &spec) {
 const std::vector<KvPolicyEntry> &kv_policy_table() {
     static const std::vector<KvPolicyEntry> table = {
         {"dense", {}, "keep every row (no policy; the reference)", make_dense},
-        {"streaming", {"keep", "budget", "sink", "recent", "full_layers"},
-         "StreamingLLM: the first sink rows + a recent window, sliding while decoding (default sink=4, keep=0.25)",
+        {"streaming",
+         {"keep", "budget", "sink", "recent", "full_layers"},
+         "StreamingLLM: the first sink rows + a recent window, sliding while decoding (default sink=4, "
+         "keep=0.25)",
          make_streaming},
-        {"snapkv", {"keep", "budget", "window", "pool", "pooling", "agg", "full_layers"},
+        {"snapkv",
+         {"keep", "budget", "window", "pool", "pooling", "agg", "full_layers"},
          "SnapKV: top rows per KV head by the last window queries' attention, pooled, + the window "
          "(default keep=0.25, window=32, pool=7, pooling=max, agg=mean)",
          make_snapkv},
-        {"pyramidkv", {"keep", "budget", "window", "pool", "pooling", "agg", "beta", "full_layers"},
-         "PyramidKV: SnapKV scores, budget falling with depth, same total (default beta=20)", make_pyramidkv},
-        {"layerwise", {"keep", "budget", "window", "pool", "pooling", "agg", "full_layers"},
-         "the first full_layers layers dense, a SnapKV budget after (default full_layers=3)", make_layerwise},
-        {"h2o", {"keep", "budget", "recent", "agg", "full_layers"},
+        {"pyramidkv",
+         {"keep", "budget", "window", "pool", "pooling", "agg", "beta", "full_layers"},
+         "PyramidKV: SnapKV scores, budget falling with depth, same total (default beta=20)",
+         make_pyramidkv},
+        {"layerwise",
+         {"keep", "budget", "window", "pool", "pooling", "agg", "full_layers"},
+         "the first full_layers layers dense, a SnapKV budget after (default full_layers=3)",
+         make_layerwise},
+        {"h2o",
+         {"keep", "budget", "recent", "agg", "full_layers"},
          "H2O: heavy hitters by attention over every query + recent rows, evicting while decoding (default "
          "recent=budget/2)",
          make_h2o},
-        {"quest", {"budget", "page", "interval", "sink", "recent", "full_layers", "agg"},
-         "Quest page selection: every row kept, each decode query reads the pages of `page` rows with the highest "
-         "min/max bound, reselected every `interval` steps (default budget=2048, page=16, interval=4, sink=16, "
-         "full_layers=2, agg=max)",
+        {"quest",
+         {"budget", "page", "interval", "sink", "recent", "full_layers", "agg"},
+         "Quest page selection: every row kept, each decode query reads the pages of `page` rows with the "
+         "highest "
+         "min/max bound, reselected every `interval` steps (default budget=2048, page=16, interval=4, "
+         "sink=16, "
+         "full_layers=2, agg=max; agg=mean|mass)",
          make_quest},
-        {"lserve", {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill", "full_layers"},
-         "LServe: the `static` fraction of KV heads with the lowest head-profile scores keep sink + recent rows "
-         "(streaming heads; in prefill a lambda-shaped mask, unless prefill=dense), the rest read Quest pages (default "
+        {"lserve",
+         {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill",
+          "full_layers"},
+         "LServe: the `static` fraction of KV heads with the lowest head-profile scores keep sink + recent "
+         "rows "
+         "(streaming heads; in prefill a lambda-shaped mask, unless prefill=dense), the rest read Quest "
+         "pages (default "
          "static=0.5, budget=4096, interval=4, sink=64, recent=256; profile=FILE from `sieve calibrate` is "
          "required)",
          make_lserve},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "sieve/kernels/cpu/page_select.h"
 #include "sieve/kv/page_summary.h"
@@ -34,7 +35,8 @@ void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv
     a.d = d_;
     a.summary = sum;
     a.n_pages = n_logical;
-    a.agg_max = p_.agg_max;
+    a.agg = p_.agg;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d_));  // the attention's scale (model.cpp)
     a.out = logical_.data();
     cpu::quest_page_scores(a);
     // Units before the newest: the max of their logical pages.

@@ -8,7 +8,9 @@
 //   1. each logical page of 16 keys gets the Quest bound of the group's
 //      queries over its min/max summary (kernels/cpu/page_select.h), the
 //      group's heads combined by max (a page is read for the whole group, so
-//      it counts if any head may need it) or mean (agg=);
+//      it counts if any head may need it), mean, or mass (each head's bounds
+//      as softmax logits over the pages, the group's probabilities summed)
+//      (agg=);
 //   2. a selection unit ("physical page") of `page` rows scores the max of
 //      its logical pages (LServe: small logical pages for accuracy, larger
 //      units for cheap reading);
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "sieve/kernels/cpu/page_select.h"
 #include "sieve/sparse/policy.h"
 
 namespace sieve {
@@ -41,7 +44,7 @@ struct QuestParams {
     int64_t sink = 16;         // first rows always read
     int64_t recent = 0;        // last rows always read (besides the newest unit)
     int64_t full_layers = 2;   // the first layers read every row
-    bool agg_max = true;       // a group's heads combined by max (else mean)
+    cpu::PageAgg agg = cpu::PageAgg::max;  // how a group's heads combine (kernels/cpu/page_select.h)
 };
 
 // Selection counters of one sequence (or summed over many).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
@@ -32,26 +33,47 @@ inline float bound(const float *q, const float *lo, const float *hi, int64_t d) 
 }
 
 void check(const PageScoreArgs &a, const char *who) {
-    SIEVE_CHECKF(a.q && a.summary && a.out && a.group >= 1 && a.d >= 1 && a.d <= k_max_d && a.n_pages >= 0,
-                 "%s: group %lld, d %lld, %lld pages (d at most %lld, pointers set)", who,
-                 static_cast<long long>(a.group), static_cast<long long>(a.d), static_cast<long long>(a.n_pages),
-                 static_cast<long long>(k_max_d));
+    SIEVE_CHECKF(
+        a.q && a.summary && a.out && a.group >= 1 && a.d >= 1 && a.d <= k_max_d && a.n_pages >= 0 &&
+            (a.agg != PageAgg::mass || a.scale > 0.0f),
+        "%s: group %lld, d %lld, %lld pages, scale %g (d at most %lld, pointers set, scale > 0 for mass)",
+        who, static_cast<long long>(a.group), static_cast<long long>(a.d), static_cast<long long>(a.n_pages),
+        static_cast<double>(a.scale), static_cast<long long>(k_max_d));
 }
 
 }  // namespace
 
 void quest_page_scores(const PageScoreArgs &a) {
     check(a, "quest_page_scores");
-    const int64_t d = a.d;
+    const int64_t d = a.d, n = a.n_pages;
     alignas(64) float mm[2 * k_max_d];
-    for (int64_t p = 0; p < a.n_pages; ++p) {
-        simd::f16_to_f32(a.summary + p * 2 * d, mm, 2 * d);  // min row, max row
-        float s = bound(a.q, mm, mm + d, d);
-        for (int64_t h = 1; h < a.group; ++h) {
-            const float b = bound(a.q + h * d, mm, mm + d, d);
-            s = a.agg_max ? std::max(s, b) : s + b;
+    if (a.agg != PageAgg::mass) {
+        const bool agg_max = a.agg == PageAgg::max;
+        for (int64_t p = 0; p < n; ++p) {
+            simd::f16_to_f32(a.summary + p * 2 * d, mm, 2 * d);  // min row, max row
+            float s = bound(a.q, mm, mm + d, d);
+            for (int64_t h = 1; h < a.group; ++h) {
+                const float b = bound(a.q + h * d, mm, mm + d, d);
+                s = agg_max ? std::max(s, b) : s + b;
+            }
+            a.out[p] = agg_max ? s : s / static_cast<float>(a.group);
         }
-        a.out[p] = a.agg_max ? s : s / static_cast<float>(a.group);
+        return;
+    }
+    // mass: every head's scaled bounds over the pages, then a softmax per head.
+    thread_local std::vector<float> logits;
+    logits.resize(static_cast<size_t>(a.group * n));
+    for (int64_t p = 0; p < n; ++p) {
+        simd::f16_to_f32(a.summary + p * 2 * d, mm, 2 * d);
+        for (int64_t h = 0; h < a.group; ++h)
+            logits[static_cast<size_t>(h * n + p)] = a.scale * bound(a.q + h * d, mm, mm + d, d);
+    }
+    std::fill(a.out, a.out + n, 0.0f);
+    for (int64_t h = 0; h < a.group && n > 0; ++h) {
+        float *x = logits.data() + h * n;
+        const float m = *std::max_element(x, x + n);
+        const float inv = 1.0f / simd::exp_sub_sum(x, m, n);  // >= 1 term equals 1
+        for (int64_t p = 0; p < n; ++p) a.out[p] += x[p] * inv;
     }
 }
 
@@ -78,20 +100,37 @@ void rows_minmax(RowType t, const void *rows, int64_t n, int64_t d, float *lo, f
 
 void quest_page_scores_ref(const PageScoreArgs &a) {
     check(a, "quest_page_scores_ref");
-    for (int64_t p = 0; p < a.n_pages; ++p) {
-        double best = -INFINITY, sum = 0.0;
+    std::vector<double> b(static_cast<size_t>(a.group * a.n_pages));
+    for (int64_t p = 0; p < a.n_pages; ++p)
         for (int64_t h = 0; h < a.group; ++h) {
-            double b = 0.0;
+            double s = 0.0;
             for (int64_t c = 0; c < a.d; ++c) {
                 const double q = a.q[h * a.d + c];
                 const double lo = fp16_to_fp32(a.summary[(2 * p) * a.d + c]);
                 const double hi = fp16_to_fp32(a.summary[(2 * p + 1) * a.d + c]);
-                b += std::max(q * lo, q * hi);
+                s += std::max(q * lo, q * hi);
             }
-            best = std::max(best, b);
-            sum += b;
+            b[static_cast<size_t>(h * a.n_pages + p)] = s;
         }
-        a.out[p] = static_cast<float>(a.agg_max ? best : sum / static_cast<double>(a.group));
+    std::vector<double> lse(static_cast<size_t>(a.group), 0.0);
+    if (a.agg == PageAgg::mass)
+        for (int64_t h = 0; h < a.group && a.n_pages > 0; ++h) {
+            const double *x = b.data() + h * a.n_pages;
+            const double m = a.scale * *std::max_element(x, x + a.n_pages);
+            double z = 0.0;
+            for (int64_t p = 0; p < a.n_pages; ++p) z += std::exp(a.scale * x[p] - m);
+            lse[static_cast<size_t>(h)] = m + std::log(z);
+        }
+    for (int64_t p = 0; p < a.n_pages; ++p) {
+        double best = -INFINITY, sum = 0.0;
+        for (int64_t h = 0; h < a.group; ++h) {
+            const double x = b[static_cast<size_t>(h * a.n_pages + p)];
+            best = std::max(best, x);
+            sum += a.agg == PageAgg::mass ? std::exp(a.scale * x - lse[static_cast<size_t>(h)]) : x;
+        }
+        a.out[p] = static_cast<float>(a.agg == PageAgg::max    ? best
+                                      : a.agg == PageAgg::mean ? sum / static_cast<double>(a.group)
+                                                               : sum);
     }
 }
 

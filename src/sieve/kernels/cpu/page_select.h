@@ -6,6 +6,15 @@
 //   bound_h(p) = sum_c max(q_hc * min_pc, q_hc * max_pc)     >= q_h . k  for every key k of page p
 //   out[p]     = max_h bound_h(p)    (agg max: a page matters if any head of the group may need it)
 //              | mean_h bound_h(p)   (agg mean)
+//              | sum_h exp(scale bound_h(p) - lse_h)   (agg mass)
+//
+// with lse_h = log sum_p' exp(scale bound_h(p')) over the pages of the call.
+// mass reads each head's bounds as the logits of a softmax over pages and adds
+// the group's per-head page probabilities: an estimate of the attention mass
+// the group puts on the page, where every head weighs the same. Raw bounds
+// (max, mean) compare heads on the scale of their query norms: one head with a
+// large |q| and flat preferences outranks a head that points at one page.
+// For a group of one head every mode ranks pages alike.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +23,16 @@
 
 namespace sieve::cpu {
 
+enum class PageAgg { max, mean, mass };
+
 struct PageScoreArgs {
     const float *q = nullptr;          // [group, d]: the group's queries
     int64_t group = 1;
     int64_t d = 0;
     const uint16_t *summary = nullptr; // [n_pages][2][d] f16: min row, max row per page
     int64_t n_pages = 0;
-    bool agg_max = true;
+    PageAgg agg = PageAgg::max;
+    float scale = 0.0f;                // the attention's logit scale (mass only; > 0)
     float *out = nullptr;              // [n_pages]
 };
 
