@@ -33,7 +33,8 @@ TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
         std::vector<uint16_t> summary(static_cast<size_t>(n_pages * 2 * d));
         summarize_lane_ref(cpu::RowType::f16, keys.data(), n_rows, d, summary.data());
         const std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
-        for (cpu::PageAgg agg : {cpu::PageAgg::max, cpu::PageAgg::mean, cpu::PageAgg::mass}) {
+        for (cpu::PageAgg agg :
+             {cpu::PageAgg::max, cpu::PageAgg::mean, cpu::PageAgg::mass, cpu::PageAgg::maxprob}) {
             std::vector<float> got(static_cast<size_t>(n_pages)), want(got.size());
             cpu::PageScoreArgs a;
             a.q = q.data();
@@ -193,6 +194,7 @@ TEST(QuestSelector, SpansAreTheBestUnitsWithinTheBudgetPlusSinkRecentAndNewest) 
         {"quest:budget=128,page=16,sink=40,recent=50,full_layers=1", {333, 129}},
         {"quest:budget=64,page=32,agg=mean,full_layers=0", {97, 300}},
         {"quest:budget=64,agg=mass,full_layers=0", {97, 300}},
+        {"quest:budget=48,agg=maxprob,full_layers=0", {97, 300}},
         {"quest:budget=512,page=64,full_layers=0", {400, 2000}},  // head 0 within the budget: dense
         {"quest:budget=64,page=64,sink=0,full_layers=0", {600, 600}},
     };
@@ -277,7 +279,7 @@ TEST(QuestSelector, BadSpecsSayWhatIsExpected) {
              {"quest:page=24", "page=24: expected a multiple of 16"},
              {"quest:budget=32,page=64", "budget=32 is below one page"},
              {"quest:interval=0", "interval=0: expected an integer"},
-             {"quest:agg=median", "agg=median: expected max, mean or mass"},
+             {"quest:agg=median", "agg=median: expected max, mean, mass or maxprob"},
              {"quest:keep=0.1", "quest has no key 'keep'"}}) {
         auto spec = kv_policy_spec_parse(text);
         std::string msg = spec.ok() ? kv_policy_make(*spec).status().message() : spec.status().message();

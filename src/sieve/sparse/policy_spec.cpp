@@ -135,8 +135,10 @@ Status parse_page_selection(const KvPolicySpec &spec, QuestParams *p) {
             p->agg = cpu::PageAgg::mean;
         else if (it->second == "mass")
             p->agg = cpu::PageAgg::mass;
+        else if (it->second == "maxprob")
+            p->agg = cpu::PageAgg::maxprob;
         else
-            return Status::errorf("agg=%s: expected max, mean or mass", it->second.c_str());
+            return Status::errorf("agg=%s: expected max, mean, mass or maxprob", it->second.c_str());
     }
     return Status();
 }
@@ -210,7 +212,7 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          "highest "
          "min/max bound, reselected every `interval` steps (default budget=2048, page=16, interval=4, "
          "sink=16, "
-         "full_layers=2, agg=max; agg=mean|mass)",
+         "full_layers=2, agg=max; agg=mean|mass|maxprob)",
          make_quest},
         {"lserve",
          {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill",

@@ -35,7 +35,7 @@ inline float bound(const float *q, const float *lo, const float *hi, int64_t d) 
 void check(const PageScoreArgs &a, const char *who) {
     SIEVE_CHECKF(
         a.q && a.summary && a.out && a.group >= 1 && a.d >= 1 && a.d <= k_max_d && a.n_pages >= 0 &&
-            (a.agg != PageAgg::mass || a.scale > 0.0f),
+            ((a.agg != PageAgg::mass && a.agg != PageAgg::maxprob) || a.scale > 0.0f),
         "%s: group %lld, d %lld, %lld pages, scale %g (d at most %lld, pointers set, scale > 0 for mass)",
         who, static_cast<long long>(a.group), static_cast<long long>(a.d), static_cast<long long>(a.n_pages),
         static_cast<double>(a.scale), static_cast<long long>(k_max_d));
@@ -47,7 +47,7 @@ void quest_page_scores(const PageScoreArgs &a) {
     check(a, "quest_page_scores");
     const int64_t d = a.d, n = a.n_pages;
     alignas(64) float mm[2 * k_max_d];
-    if (a.agg != PageAgg::mass) {
+    if (a.agg == PageAgg::max || a.agg == PageAgg::mean) {
         const bool agg_max = a.agg == PageAgg::max;
         for (int64_t p = 0; p < n; ++p) {
             simd::f16_to_f32(a.summary + p * 2 * d, mm, 2 * d);  // min row, max row
@@ -60,20 +60,27 @@ void quest_page_scores(const PageScoreArgs &a) {
         }
         return;
     }
-    // mass: every head's scaled bounds over the pages, then a softmax per head.
-    thread_local std::vector<float> logits;
+    // mass: every head's scaled bounds over the pages (and their max), then a
+    // softmax per head.
+    thread_local std::vector<float> logits, top;
     logits.resize(static_cast<size_t>(a.group * n));
+    top.assign(static_cast<size_t>(a.group), -INFINITY);
     for (int64_t p = 0; p < n; ++p) {
         simd::f16_to_f32(a.summary + p * 2 * d, mm, 2 * d);
-        for (int64_t h = 0; h < a.group; ++h)
-            logits[static_cast<size_t>(h * n + p)] = a.scale * bound(a.q + h * d, mm, mm + d, d);
+        for (int64_t h = 0; h < a.group; ++h) {
+            const float x = a.scale * bound(a.q + h * d, mm, mm + d, d);
+            logits[static_cast<size_t>(h * n + p)] = x;
+            top[static_cast<size_t>(h)] = std::max(top[static_cast<size_t>(h)], x);
+        }
     }
     std::fill(a.out, a.out + n, 0.0f);
     for (int64_t h = 0; h < a.group && n > 0; ++h) {
         float *x = logits.data() + h * n;
-        const float m = *std::max_element(x, x + n);
-        const float inv = 1.0f / simd::exp_sub_sum(x, m, n);  // >= 1 term equals 1
-        for (int64_t p = 0; p < n; ++p) a.out[p] += x[p] * inv;
+        const float inv = 1.0f / simd::exp_sub_sum(x, top[static_cast<size_t>(h)], n);  // >= 1 term equals 1
+        if (a.agg == PageAgg::mass)
+            for (int64_t p = 0; p < n; ++p) a.out[p] += x[p] * inv;
+        else
+            for (int64_t p = 0; p < n; ++p) a.out[p] = std::max(a.out[p], x[p] * inv);
     }
 }
 
@@ -113,7 +120,8 @@ void quest_page_scores_ref(const PageScoreArgs &a) {
             b[static_cast<size_t>(h * a.n_pages + p)] = s;
         }
     std::vector<double> lse(static_cast<size_t>(a.group), 0.0);
-    if (a.agg == PageAgg::mass)
+    const bool prob = a.agg == PageAgg::mass || a.agg == PageAgg::maxprob;
+    if (prob)
         for (int64_t h = 0; h < a.group && a.n_pages > 0; ++h) {
             const double *x = b.data() + h * a.n_pages;
             const double m = a.scale * *std::max_element(x, x + a.n_pages);
@@ -124,13 +132,14 @@ void quest_page_scores_ref(const PageScoreArgs &a) {
     for (int64_t p = 0; p < a.n_pages; ++p) {
         double best = -INFINITY, sum = 0.0;
         for (int64_t h = 0; h < a.group; ++h) {
-            const double x = b[static_cast<size_t>(h * a.n_pages + p)];
+            double x = b[static_cast<size_t>(h * a.n_pages + p)];
+            if (prob) x = std::exp(a.scale * x - lse[static_cast<size_t>(h)]);
             best = std::max(best, x);
-            sum += a.agg == PageAgg::mass ? std::exp(a.scale * x - lse[static_cast<size_t>(h)]) : x;
+            sum += x;
         }
-        a.out[p] = static_cast<float>(a.agg == PageAgg::max    ? best
-                                      : a.agg == PageAgg::mean ? sum / static_cast<double>(a.group)
-                                                               : sum);
+        a.out[p] = static_cast<float>(a.agg == PageAgg::mean   ? sum / static_cast<double>(a.group)
+                                      : a.agg == PageAgg::mass ? sum
+                                                               : best);
     }
 }
 

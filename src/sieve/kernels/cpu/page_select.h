@@ -7,6 +7,7 @@
 //   out[p]     = max_h bound_h(p)    (agg max: a page matters if any head of the group may need it)
 //              | mean_h bound_h(p)   (agg mean)
 //              | sum_h exp(scale bound_h(p) - lse_h)   (agg mass)
+//              | max_h exp(scale bound_h(p) - lse_h)   (agg maxprob)
 //
 // with lse_h = log sum_p' exp(scale bound_h(p')) over the pages of the call.
 // mass reads each head's bounds as the logits of a softmax over pages and adds
@@ -14,6 +15,7 @@
 // the group puts on the page, where every head weighs the same. Raw bounds
 // (max, mean) compare heads on the scale of their query norms: one head with a
 // large |q| and flat preferences outranks a head that points at one page.
+// maxprob keeps max's "any head" but on the same per-head probabilities.
 // For a group of one head every mode ranks pages alike.
 #pragma once
 
@@ -23,7 +25,7 @@
 
 namespace sieve::cpu {
 
-enum class PageAgg { max, mean, mass };
+enum class PageAgg { max, mean, mass, maxprob };
 
 struct PageScoreArgs {
     const float *q = nullptr;          // [group, d]: the group's queries
@@ -32,7 +34,7 @@ struct PageScoreArgs {
     const uint16_t *summary = nullptr; // [n_pages][2][d] f16: min row, max row per page
     int64_t n_pages = 0;
     PageAgg agg = PageAgg::max;
-    float scale = 0.0f;                // the attention's logit scale (mass only; > 0)
+    float scale = 0.0f;                // the attention's logit scale (mass, maxprob; > 0)
     float *out = nullptr;              // [n_pages]
 };
 
