@@ -33,12 +33,13 @@ inline float bound(const float *q, const float *lo, const float *hi, int64_t d) 
 }
 
 void check(const PageScoreArgs &a, const char *who) {
-    SIEVE_CHECKF(
-        a.q && a.summary && a.out && a.group >= 1 && a.d >= 1 && a.d <= k_max_d && a.n_pages >= 0 &&
-            ((a.agg != PageAgg::mass && a.agg != PageAgg::maxprob) || a.scale > 0.0f),
-        "%s: group %lld, d %lld, %lld pages, scale %g (d at most %lld, pointers set, scale > 0 for mass)",
-        who, static_cast<long long>(a.group), static_cast<long long>(a.d), static_cast<long long>(a.n_pages),
-        static_cast<double>(a.scale), static_cast<long long>(k_max_d));
+    SIEVE_CHECKF(a.q && a.summary && a.out && a.group >= 1 && a.d >= 1 && a.d <= k_max_d && a.n_pages >= 0 &&
+                     ((a.agg != PageAgg::mass && a.agg != PageAgg::maxprob) || a.scale > 0.0f),
+                 "%s: group %lld, d %lld, %lld pages, scale %g (d at most %lld, pointers set, scale > 0 for "
+                 "mass and maxprob)",
+                 who, static_cast<long long>(a.group), static_cast<long long>(a.d),
+                 static_cast<long long>(a.n_pages), static_cast<double>(a.scale),
+                 static_cast<long long>(k_max_d));
 }
 
 }  // namespace
@@ -60,7 +61,7 @@ void quest_page_scores(const PageScoreArgs &a) {
         }
         return;
     }
-    // mass: every head's scaled bounds over the pages (and their max), then a
+    // mass, maxprob: every head's scaled bounds over the pages (and their max), then a
     // softmax per head.
     thread_local std::vector<float> logits, top;
     logits.resize(static_cast<size_t>(a.group * n));
