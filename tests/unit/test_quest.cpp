@@ -22,6 +22,22 @@
 namespace sieve {
 namespace {
 
+// The kernel's arguments for a group of queries over n_pages summaries, at
+// the attention's scale.
+cpu::PageScoreArgs page_args(const float *q, int64_t group, int64_t d, const uint16_t *summary,
+                             int64_t n_pages, cpu::PageAgg agg, float *out) {
+    cpu::PageScoreArgs a;
+    a.q = q;
+    a.group = group;
+    a.d = d;
+    a.summary = summary;
+    a.n_pages = n_pages;
+    a.agg = agg;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    a.out = out;
+    return a;
+}
+
 TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
     std::mt19937 rng(91);
     for (int rep = 0; rep < 40; ++rep) {
@@ -36,15 +52,7 @@ TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
         for (cpu::PageAgg agg :
              {cpu::PageAgg::max, cpu::PageAgg::mean, cpu::PageAgg::mass, cpu::PageAgg::maxprob}) {
             std::vector<float> got(static_cast<size_t>(n_pages)), want(got.size());
-            cpu::PageScoreArgs a;
-            a.q = q.data();
-            a.group = group;
-            a.d = d;
-            a.summary = summary.data();
-            a.n_pages = n_pages;
-            a.agg = agg;
-            a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-            a.out = got.data();
+            cpu::PageScoreArgs a = page_args(q.data(), group, d, summary.data(), n_pages, agg, got.data());
             cpu::quest_page_scores(a);
             a.out = want.data();
             cpu::quest_page_scores_ref(a);
@@ -79,15 +87,8 @@ TEST(QuestScores, MassGivesEveryHeadOneUnitAndKeepsOneHeadsOrder) {
         std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
         for (int64_t c = 0; c < d; ++c) q[static_cast<size_t>(c)] *= 25.0f;  // one head with a large norm
         std::vector<float> mass(static_cast<size_t>(n_pages)), mx(mass.size());
-        cpu::PageScoreArgs a;
-        a.q = q.data();
-        a.group = group;
-        a.d = d;
-        a.summary = summary.data();
-        a.n_pages = n_pages;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-        a.agg = cpu::PageAgg::mass;
-        a.out = mass.data();
+        cpu::PageScoreArgs a =
+            page_args(q.data(), group, d, summary.data(), n_pages, cpu::PageAgg::mass, mass.data());
         cpu::quest_page_scores(a);
         double total = 0.0;
         for (float m : mass) {
@@ -147,15 +148,8 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
     std::vector<uint16_t> summary(static_cast<size_t>(n_logical * 2 * d));
     summarize_lane_ref(kv.shape().type.k, kv.k_data(0, layer, g), n - 1, d, summary.data());
     std::vector<float> logical(static_cast<size_t>(n_logical));
-    cpu::PageScoreArgs a;
-    a.q = q + g * group * d;
-    a.group = group;
-    a.d = d;
-    a.summary = summary.data();
-    a.n_pages = n_logical;
-    a.agg = p.agg;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-    a.out = logical.data();
+    cpu::PageScoreArgs a =
+        page_args(q + g * group * d, group, d, summary.data(), n_logical, p.agg, logical.data());
     cpu::quest_page_scores(a);
     std::set<int64_t> units = {newest};
     for (int64_t u = 0; u < newest; ++u)
