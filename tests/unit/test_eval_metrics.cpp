@@ -5,7 +5,9 @@
 // hand-made cell.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -125,6 +127,15 @@ TEST(EvalMetrics, StepAccumulatorSummarisesSteps) {
     EXPECT_DOUBLE_EQ(m.agreement, (agree0 ? 2.0 : 1.0) / 2.0);
     EXPECT_NEAR(m.nll_ref, -(static_cast<double>(p0[3]) + p1[9]) / 2, 1e-9);
     EXPECT_NEAR(m.nll, -(static_cast<double>(q0[3]) + p1[9]) / 2, 1e-9);
+    EXPECT_EQ(m.first_disagree, agree0 ? -1 : 0);
+    // The dense lead: top minus runner-up of p, the smaller of the two steps.
+    const auto lead = [](std::vector<float> v) {
+        std::sort(v.begin(), v.end(), std::greater<float>());
+        return static_cast<double>(v[0]) - v[1];
+    };
+    const double l0 = lead(p0), l1 = lead(p1);
+    EXPECT_DOUBLE_EQ(m.ref_margin, std::min(l0, l1));
+    EXPECT_EQ(m.ref_margin_step, l1 < l0 ? 1 : 0);
     EXPECT_EQ(StepAccumulator().result().n_steps, 0);
 }
 

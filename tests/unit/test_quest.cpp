@@ -13,6 +13,7 @@
 
 #include "kernels_test_util.h"
 #include "sieve/core/fp16.h"
+#include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/page_select.h"
 #include "sieve/kv/contiguous_kv.h"
 #include "sieve/kv/page_summary.h"
@@ -108,6 +109,88 @@ TEST(QuestScores, MassGivesEveryHeadOneUnitAndKeepsOneHeadsOrder) {
     }
 }
 
+// score=exact: the kernel against its double-precision reference for every
+// key type and mode, on odd lengths and page sizes; mass adds up to the group.
+TEST(QuestScores, ExactScoresMatchTheirReference) {
+    std::mt19937 rng(94);
+    const cpu::RowType types[] = {cpu::RowType::f16, cpu::RowType::q8_0, cpu::RowType::f32,
+                                  cpu::RowType::bf16};
+    for (int rep = 0; rep < 32; ++rep) {
+        const cpu::RowType t = types[rep % 4];
+        const int64_t group = std::vector<int64_t>{1, 3, 7}[rep % 3], d = rep % 2 ? 64 : 96;
+        const int64_t n_rows = 1 + static_cast<int64_t>(rng() % 700), page_rows = rep % 5 == 0 ? 5 : 16;
+        const int64_t n_pages = (n_rows + page_rows - 1) / page_rows;
+        std::vector<uint8_t> keys(static_cast<size_t>(cpu::row_bytes(t, n_rows * d)));
+        const std::vector<float> kv = test::random_values(rng, static_cast<size_t>(n_rows * d), 1.5f);
+        cpu::f32_to_rows(t, kv.data(), keys.data(), n_rows * d);
+        const std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
+        for (cpu::PageAgg agg :
+             {cpu::PageAgg::max, cpu::PageAgg::mean, cpu::PageAgg::mass, cpu::PageAgg::maxprob}) {
+            std::vector<float> got(static_cast<size_t>(n_pages)), want(got.size());
+            cpu::PageExactArgs a;
+            a.q = q.data();
+            a.group = group;
+            a.d = d;
+            a.type = t;
+            a.keys = keys.data();
+            a.n_rows = n_rows;
+            a.page_rows = page_rows;
+            a.agg = agg;
+            a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+            a.out = got.data();
+            cpu::page_scores_exact(a);
+            a.out = want.data();
+            cpu::page_scores_exact_ref(a);
+            double total = 0.0;
+            for (int64_t p = 0; p < n_pages; ++p) {
+                ASSERT_NEAR(got[p], want[p], 2e-4f * (1.0f + std::fabs(want[p])))
+                    << cpu::row_type_name(t) << " page " << p << " of " << n_pages;
+                total += want[p];
+            }
+            if (agg == cpu::PageAgg::mass) {
+                EXPECT_NEAR(total, static_cast<double>(group), 1e-6 * static_cast<double>(group));
+            }
+        }
+    }
+}
+
+// Where the bound and the keys disagree: a page of keys each on one channel
+// (wide per-channel ranges, a high bound, no key near q) against a page whose
+// keys all lie along q. The bound prefers the first, the keys the second.
+TEST(QuestScores, ExactScoresRankByTheKeysNotTheirRanges) {
+    const int64_t d = 32, n_rows = 32;
+    std::vector<uint16_t> keys(static_cast<size_t>(n_rows * d), fp32_to_fp16(0.0f));
+    for (int64_t r = 0; r < 16; ++r)
+        keys[static_cast<size_t>(r * d + r)] = fp32_to_fp16(4.0f);  // q.k = 4, bound 64
+    for (int64_t r = 16; r < 32; ++r)
+        for (int64_t c = 0; c < d; ++c)
+            keys[static_cast<size_t>(r * d + c)] = fp32_to_fp16(0.5f);  // q.k = 16
+    const std::vector<float> q(static_cast<size_t>(d), 1.0f);
+    std::vector<uint16_t> summary(static_cast<size_t>(2 * 2 * d));
+    summarize_lane_ref(cpu::RowType::f16, keys.data(), n_rows, d, summary.data());
+    for (cpu::PageAgg agg : {cpu::PageAgg::max, cpu::PageAgg::mass}) {
+        float bound[2], exact[2];
+        cpu::PageScoreArgs b = page_args(q.data(), 1, d, summary.data(), 2, agg, bound);
+        cpu::quest_page_scores(b);
+        cpu::PageExactArgs e;
+        e.q = q.data();
+        e.d = d;
+        e.type = cpu::RowType::f16;
+        e.keys = keys.data();
+        e.n_rows = n_rows;
+        e.agg = agg;
+        e.scale = 1.0f / std::sqrt(static_cast<float>(d));
+        e.out = exact;
+        cpu::page_scores_exact(e);
+        EXPECT_GT(bound[0], bound[1]);
+        EXPECT_GT(exact[1], exact[0]);
+        if (agg == cpu::PageAgg::max) {
+            EXPECT_FLOAT_EQ(exact[0], 4.0f);
+            EXPECT_FLOAT_EQ(exact[1], 16.0f);
+        }
+    }
+}
+
 // A store with one slot of random f16 keys per lane.
 struct Lanes {
     KvShape shape;
@@ -150,7 +233,22 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
     std::vector<float> logical(static_cast<size_t>(n_logical));
     cpu::PageScoreArgs a =
         page_args(q + g * group * d, group, d, summary.data(), n_logical, p.agg, logical.data());
-    cpu::quest_page_scores(a);
+    if (p.exact) {
+        cpu::PageExactArgs e;
+        e.q = a.q;
+        e.group = group;
+        e.d = d;
+        e.type = kv.shape().type.k;
+        e.keys = kv.k_data(0, layer, g);
+        e.n_rows = n - 1;
+        e.page_rows = k_summary_rows;
+        e.agg = p.agg;
+        e.scale = a.scale;
+        e.out = logical.data();
+        cpu::page_scores_exact_ref(e);
+    } else {
+        cpu::quest_page_scores(a);
+    }
     std::set<int64_t> units = {newest};
     for (int64_t u = 0; u < newest; ++u)
         if (u * unit < p.sink || (p.recent > 0 && (u + 1) * unit > n - p.recent)) units.insert(u);
@@ -189,6 +287,8 @@ TEST(QuestSelector, SpansAreTheBestUnitsWithinTheBudgetPlusSinkRecentAndNewest) 
         {"quest:budget=64,page=32,agg=mean,full_layers=0", {97, 300}},
         {"quest:budget=64,agg=mass,full_layers=0", {97, 300}},
         {"quest:budget=48,agg=maxprob,full_layers=0", {97, 300}},
+        {"quest:budget=64,score=exact,full_layers=0", {97, 300}},
+        {"quest:budget=80,agg=mass,score=exact,sink=20,full_layers=0", {250, 131}},
         {"quest:budget=512,page=64,full_layers=0", {400, 2000}},  // head 0 within the budget: dense
         {"quest:budget=64,page=64,sink=0,full_layers=0", {600, 600}},
     };
@@ -274,6 +374,7 @@ TEST(QuestSelector, BadSpecsSayWhatIsExpected) {
              {"quest:budget=32,page=64", "budget=32 is below one page"},
              {"quest:interval=0", "interval=0: expected an integer"},
              {"quest:agg=median", "agg=median: expected max, mean, mass or maxprob"},
+             {"quest:score=oracle", "score=oracle: expected bound"},
              {"quest:keep=0.1", "quest has no key 'keep'"}}) {
         auto spec = kv_policy_spec_parse(text);
         std::string msg = spec.ok() ? kv_policy_make(*spec).status().message() : spec.status().message();

@@ -48,7 +48,23 @@ void StepAccumulator::add(const float *log_p, const float *log_q, int64_t n_voca
     const double kl = eval_kl(log_p, log_q, n_vocab);
     kl_sum_ += kl;
     kl_max_ = std::max(kl_max_, kl);
-    n_agree_ += eval_argmax(log_p, n_vocab) == eval_argmax(log_q, n_vocab) ? 1 : 0;
+    const bool agree = eval_argmax(log_p, n_vocab) == eval_argmax(log_q, n_vocab);
+    n_agree_ += agree ? 1 : 0;
+    if (!agree && first_disagree_ < 0) first_disagree_ = n_;
+    float top = -std::numeric_limits<float>::infinity(), second = top;
+    for (int64_t v = 0; v < n_vocab; ++v) {
+        if (log_p[v] > top) {
+            second = top;
+            top = log_p[v];
+        } else if (log_p[v] > second) {
+            second = log_p[v];
+        }
+    }
+    const double margin = static_cast<double>(top) - static_cast<double>(second);
+    if (margin_step_ < 0 || margin < margin_) {
+        margin_ = margin;
+        margin_step_ = n_;
+    }
     nll_ref_sum_ -= log_p[forced];
     nll_sum_ -= log_q[forced];
     ++n_;
@@ -64,6 +80,9 @@ StepMetrics StepAccumulator::result() const {
     m.agreement = static_cast<double>(n_agree_) / n;
     m.nll_ref = nll_ref_sum_ / n;
     m.nll = nll_sum_ / n;
+    m.ref_margin = margin_;
+    m.ref_margin_step = margin_step_;
+    m.first_disagree = first_disagree_;
     return m;
 }
 

@@ -48,6 +48,13 @@ struct StepMetrics {
     double kl_mean = 0, kl_max = 0;
     double agreement = 0;         // fraction of steps with equal argmax
     double nll_ref = 0, nll = 0;  // mean NLL of the forced tokens (nats), dense and policy
+    // The dense model's smallest lead of its top token over the runner-up
+    // (log-prob gap, nats) over the steps, and the step it was at: a sample
+    // whose dense answer rests on a gap of 0.01 nats flips under any
+    // perturbation (f16 rounding, a quantized row), whatever the policy.
+    double ref_margin = 0;
+    int64_t ref_margin_step = -1;
+    int64_t first_disagree = -1;  // the first step whose argmax differs (-1: none)
 };
 
 // Accumulates StepMetrics one step at a time (the policy's logits arrive
@@ -61,8 +68,8 @@ class StepAccumulator {
     int64_t n_steps() const { return n_; }
 
   private:
-    int64_t n_ = 0, n_agree_ = 0;
-    double kl_sum_ = 0, kl_max_ = 0, nll_ref_sum_ = 0, nll_sum_ = 0;
+    int64_t n_ = 0, n_agree_ = 0, margin_step_ = -1, first_disagree_ = -1;
+    double kl_sum_ = 0, kl_max_ = 0, nll_ref_sum_ = 0, nll_sum_ = 0, margin_ = 0;
 };
 
 // Summary over the samples of one (policy, task, length) cell.

@@ -117,7 +117,7 @@ Result<KvPolicyPtr> make_pyramidkv(const KvPolicySpec &s) { return make_eviction
 Result<KvPolicyPtr> make_layerwise(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::layerwise); }
 Result<KvPolicyPtr> make_h2o(const KvPolicySpec &s) { return make_eviction(s, EvictionKind::h2o); }
 
-// The page-selection keys quest and lserve share: budget, page, interval, agg.
+// The page-selection keys quest and lserve share: budget, page, interval, agg, score.
 Status parse_page_selection(const KvPolicySpec &spec, QuestParams *p) {
     SIEVE_TRY(parse_int(spec, "budget", 1, k_max_rows, &p->budget));
     SIEVE_TRY(parse_int(spec, "page", k_summary_rows, 65536, &p->page));
@@ -139,6 +139,14 @@ Status parse_page_selection(const KvPolicySpec &spec, QuestParams *p) {
             p->agg = cpu::PageAgg::maxprob;
         else
             return Status::errorf("agg=%s: expected max, mean, mass or maxprob", it->second.c_str());
+    }
+    if (auto it = spec.params.find("score"); it != spec.params.end()) {
+        if (it->second != "bound" && it->second != "exact")
+            return Status::errorf(
+                "score=%s: expected bound (the pages' min/max bound) or exact (from every key: "
+                "an oracle that reads the whole lane)",
+                it->second.c_str());
+        p->exact = it->second == "exact";
     }
     return Status();
 }
@@ -207,15 +215,15 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          "recent=budget/2)",
          make_h2o},
         {"quest",
-         {"budget", "page", "interval", "sink", "recent", "full_layers", "agg"},
+         {"budget", "page", "interval", "sink", "recent", "full_layers", "agg", "score"},
          "Quest page selection: every row kept, each decode query reads the pages of `page` rows with the "
          "highest "
          "min/max bound, reselected every `interval` steps (default budget=2048, page=16, interval=4, "
          "sink=16, "
-         "full_layers=2, agg=max; agg=mean|mass|maxprob)",
+         "full_layers=2, agg=max, score=bound; agg=mean|mass|maxprob, score=exact: an oracle)",
          make_quest},
         {"lserve",
-         {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "prefill",
+         {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "score", "prefill",
           "full_layers"},
          "LServe: the `static` fraction of KV heads with the lowest head-profile scores keep sink + recent "
          "rows "

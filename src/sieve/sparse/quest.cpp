@@ -26,19 +26,34 @@ void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv
     const int64_t unit = p_.page, per_unit = unit / k_summary_rows, group = n_head_ / n_head_kv_;
     const int64_t n_units = (n + unit - 1) / unit, newest = n_units - 1;
     // Logical pages of the rows before the token's own (all summarized).
-    const uint16_t *sum = kv.k_summaries(seq, layer, g);
-    const int64_t n_logical = summary_pages(kv.n_rows(seq, layer, g));
+    const int64_t n_rows = kv.n_rows(seq, layer, g), n_logical = summary_pages(n_rows);
     logical_.resize(static_cast<size_t>(n_logical));
-    cpu::PageScoreArgs a;
-    a.q = q + g * group * d_;
-    a.group = group;
-    a.d = d_;
-    a.summary = sum;
-    a.n_pages = n_logical;
-    a.agg = p_.agg;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(d_));  // the attention's scale (model.cpp)
-    a.out = logical_.data();
-    cpu::quest_page_scores(a);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d_));  // the attention's scale (model.cpp)
+    if (p_.exact) {
+        cpu::PageExactArgs a;
+        a.q = q + g * group * d_;
+        a.group = group;
+        a.d = d_;
+        a.type = kv.shape().type.k;
+        a.keys = kv.k_data(seq, layer, g);
+        a.n_rows = n_rows;
+        a.page_rows = k_summary_rows;
+        a.agg = p_.agg;
+        a.scale = scale;
+        a.out = logical_.data();
+        cpu::page_scores_exact(a);
+    } else {
+        cpu::PageScoreArgs a;
+        a.q = q + g * group * d_;
+        a.group = group;
+        a.d = d_;
+        a.summary = kv.k_summaries(seq, layer, g);
+        a.n_pages = n_logical;
+        a.agg = p_.agg;
+        a.scale = scale;
+        a.out = logical_.data();
+        cpu::quest_page_scores(a);
+    }
     // Units before the newest: the max of their logical pages.
     unit_score_.assign(static_cast<size_t>(std::max<int64_t>(newest, 0)), 0.0f);
     for (int64_t u = 0; u < newest; ++u) {

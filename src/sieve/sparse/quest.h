@@ -10,7 +10,7 @@
 //      group's heads combined by max (a page is read for the whole group, so
 //      it counts if any head may need it), mean, or mass (each head's bounds
 //      as softmax logits over the pages, the group's probabilities summed)
-//      (agg=);
+//      (agg=); or, with score=exact, the same from the keys themselves;
 //   2. a selection unit ("physical page") of `page` rows scores the max of
 //      its logical pages (LServe: small logical pages for accuracy, larger
 //      units for cheap reading);
@@ -45,6 +45,10 @@ struct QuestParams {
     int64_t recent = 0;        // last rows always read (besides the newest unit)
     int64_t full_layers = 2;   // the first layers read every row
     cpu::PageAgg agg = cpu::PageAgg::max;  // how a group's heads combine (kernels/cpu/page_select.h)
+    // score=exact: logical pages scored from their keys (cpu::page_scores_exact),
+    // not the min/max bound. An oracle for measuring what the bound loses: a
+    // selection reads the whole lane, as dense attention does.
+    bool exact = false;
 };
 
 // Selection counters of one sequence (or summed over many).

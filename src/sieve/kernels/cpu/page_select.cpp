@@ -42,6 +42,34 @@ void check(const PageScoreArgs &a, const char *who) {
                  static_cast<long long>(k_max_d));
 }
 
+void check_exact(const PageExactArgs &a, const char *who) {
+    SIEVE_CHECKF(a.q && a.keys && a.out && a.group >= 1 && a.d >= 1 && a.d <= k_max_d && a.n_rows >= 0 &&
+                     a.page_rows >= 1 && row_type_fits(a.type, a.d) &&
+                     ((a.agg != PageAgg::mass && a.agg != PageAgg::maxprob) || a.scale > 0.0f),
+                 "%s: group %lld, d %lld, %lld rows of %s, pages of %lld, scale %g (d at most %lld and whole "
+                 "blocks of the type, pointers set, scale > 0 for mass and maxprob)",
+                 who, static_cast<long long>(a.group), static_cast<long long>(a.d),
+                 static_cast<long long>(a.n_rows), row_type_name(a.type), static_cast<long long>(a.page_rows),
+                 static_cast<double>(a.scale), static_cast<long long>(k_max_d));
+}
+
+// out[p] from the per-head page values v[h * n_pages + p] (max or mean:
+// largest logits; mass or maxprob: probabilities).
+template <class T>
+void combine_heads(const T *v, int64_t group, int64_t n_pages, PageAgg agg, float *out) {
+    for (int64_t p = 0; p < n_pages; ++p) {
+        T best = v[p], sum = v[p];
+        for (int64_t h = 1; h < group; ++h) {
+            best = std::max(best, v[h * n_pages + p]);
+            sum += v[h * n_pages + p];
+        }
+        const bool use_sum = agg == PageAgg::mean || agg == PageAgg::mass;
+        out[p] = static_cast<float>(!use_sum               ? best
+                                    : agg == PageAgg::mean ? sum / static_cast<T>(group)
+                                                           : sum);
+    }
+}
+
 }  // namespace
 
 void quest_page_scores(const PageScoreArgs &a) {
@@ -142,6 +170,75 @@ void quest_page_scores_ref(const PageScoreArgs &a) {
                                       : a.agg == PageAgg::mass ? sum
                                                                : best);
     }
+}
+
+void page_scores_exact(const PageExactArgs &a) {
+    check_exact(a, "page_scores_exact");
+    const int64_t d = a.d, n = a.n_rows, np = (n + a.page_rows - 1) / a.page_rows;
+    thread_local std::vector<float> logit, per_head;
+    logit.resize(static_cast<size_t>(a.group * n));
+    per_head.resize(static_cast<size_t>(a.group * np));
+    alignas(64) float buf[k_max_d];
+    for (int64_t r = 0; r < n; ++r) {
+        const float *k = buf;
+        if (a.type == RowType::f32)
+            k = static_cast<const float *>(a.keys) + r * d;
+        else
+            rows_to_f32(a.type, a.keys, r * d, d, buf);
+        for (int64_t h = 0; h < a.group; ++h)
+            logit[static_cast<size_t>(h * n + r)] = simd::dot(a.q + h * d, k, d);
+    }
+    const bool prob = a.agg == PageAgg::mass || a.agg == PageAgg::maxprob;
+    for (int64_t h = 0; h < a.group && n > 0; ++h) {
+        float *x = logit.data() + h * n, *v = per_head.data() + h * np;
+        float inv = 1.0f;
+        if (prob) {
+            float top = -INFINITY;
+            for (int64_t r = 0; r < n; ++r) {
+                x[r] *= a.scale;
+                top = std::max(top, x[r]);
+            }
+            inv = 1.0f / simd::exp_sub_sum(x, top, n);  // x[r] = exp(x[r] - top); >= 1 term equals 1
+        }
+        for (int64_t p = 0; p < np; ++p) {
+            const int64_t r0 = p * a.page_rows, r1 = std::min(n, r0 + a.page_rows);
+            float s = prob ? 0.0f : -INFINITY;
+            for (int64_t r = r0; r < r1; ++r) s = prob ? s + x[r] : std::max(s, x[r]);
+            v[p] = prob ? s * inv : s;
+        }
+    }
+    combine_heads(per_head.data(), a.group, np, a.agg, a.out);
+}
+
+void page_scores_exact_ref(const PageExactArgs &a) {
+    check_exact(a, "page_scores_exact_ref");
+    const int64_t d = a.d, n = a.n_rows, np = (n + a.page_rows - 1) / a.page_rows;
+    const bool prob = a.agg == PageAgg::mass || a.agg == PageAgg::maxprob;
+    std::vector<double> v(static_cast<size_t>(a.group * np)), l(static_cast<size_t>(n));
+    for (int64_t h = 0; h < a.group; ++h) {
+        for (int64_t r = 0; r < n; ++r) {
+            double s = 0.0;
+            for (int64_t c = 0; c < d; ++c)
+                s += static_cast<double>(a.q[h * d + c]) *
+                     static_cast<double>(row_elem(a.type, a.keys, r * d + c));
+            l[static_cast<size_t>(r)] = prob ? static_cast<double>(a.scale) * s : s;
+        }
+        double lse = 0.0;
+        if (prob && n > 0) {
+            const double m = *std::max_element(l.begin(), l.end());
+            double z = 0.0;
+            for (double x : l) z += std::exp(x - m);
+            lse = m + std::log(z);
+        }
+        for (int64_t p = 0; p < np; ++p) {
+            double s = prob ? 0.0 : -INFINITY;
+            for (int64_t r = p * a.page_rows; r < std::min(n, (p + 1) * a.page_rows); ++r)
+                s = prob ? s + std::exp(l[static_cast<size_t>(r)] - lse)
+                         : std::max(s, l[static_cast<size_t>(r)]);
+            v[static_cast<size_t>(h * np + p)] = s;
+        }
+    }
+    combine_heads(v.data(), a.group, np, a.agg, a.out);
 }
 
 }  // namespace sieve::cpu

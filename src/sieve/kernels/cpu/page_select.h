@@ -48,4 +48,32 @@ void rows_minmax(RowType t, const void *rows, int64_t n, int64_t d, float *lo, f
 // Scalar oracle, double accumulation.
 void quest_page_scores_ref(const PageScoreArgs &a);
 
+// Exact page scores: what the bound estimates, from the keys themselves (an
+// oracle for the bound, score=exact in quest and lserve; it reads every key
+// of the lane, so a selection costs what dense attention does). With
+// l_h(k) = q_h . k over the keys of the call,
+//
+//   top_h(p)  = max_{k in p} l_h(k)                                  (max, mean: in place of bound_h)
+//   prob_h(p) = sum_{k in p} exp(scale l_h(k) - lse_h),  lse_h over every key   (mass, maxprob)
+//
+// combined over the group as above: mass is then the attention the group's
+// heads put on the page, exactly, and the top pages by it are the selection
+// that loses the least attention for a budget.
+struct PageExactArgs {
+    const float *q = nullptr;  // [group, d]: the group's queries
+    int64_t group = 1;
+    int64_t d = 0;
+    RowType type = RowType::f32;  // of the key rows
+    const void *keys = nullptr;   // [n_rows, d] of type
+    int64_t n_rows = 0;
+    int64_t page_rows = 16;  // rows per page; the last page may be partial
+    PageAgg agg = PageAgg::max;
+    float scale = 0.0f;    // the attention's logit scale (mass, maxprob; > 0)
+    float *out = nullptr;  // [ceil(n_rows / page_rows)]
+};
+
+void page_scores_exact(const PageExactArgs &a);
+// Scalar oracle, double accumulation.
+void page_scores_exact_ref(const PageExactArgs &a);
+
 }  // namespace sieve::cpu
