@@ -136,6 +136,7 @@ TEST(EvalMetrics, StepAccumulatorSummarisesSteps) {
     const double l0 = lead(p0), l1 = lead(p1);
     EXPECT_DOUBLE_EQ(m.ref_margin, std::min(l0, l1));
     EXPECT_EQ(m.ref_margin_step, l1 < l0 ? 1 : 0);
+    EXPECT_DOUBLE_EQ(m.disagree_margin, agree0 ? 0.0 : l0);
     EXPECT_EQ(StepAccumulator().result().n_steps, 0);
 }
 

@@ -50,7 +50,6 @@ void StepAccumulator::add(const float *log_p, const float *log_q, int64_t n_voca
     kl_max_ = std::max(kl_max_, kl);
     const bool agree = eval_argmax(log_p, n_vocab) == eval_argmax(log_q, n_vocab);
     n_agree_ += agree ? 1 : 0;
-    if (!agree && first_disagree_ < 0) first_disagree_ = n_;
     float top = -std::numeric_limits<float>::infinity(), second = top;
     for (int64_t v = 0; v < n_vocab; ++v) {
         if (log_p[v] > top) {
@@ -61,6 +60,10 @@ void StepAccumulator::add(const float *log_p, const float *log_q, int64_t n_voca
         }
     }
     const double margin = static_cast<double>(top) - static_cast<double>(second);
+    if (!agree && first_disagree_ < 0) {
+        first_disagree_ = n_;
+        disagree_margin_ = margin;
+    }
     if (margin_step_ < 0 || margin < margin_) {
         margin_ = margin;
         margin_step_ = n_;
@@ -83,6 +86,7 @@ StepMetrics StepAccumulator::result() const {
     m.ref_margin = margin_;
     m.ref_margin_step = margin_step_;
     m.first_disagree = first_disagree_;
+    m.disagree_margin = disagree_margin_;
     return m;
 }
 

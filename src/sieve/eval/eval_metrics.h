@@ -55,6 +55,7 @@ struct StepMetrics {
     double ref_margin = 0;
     int64_t ref_margin_step = -1;
     int64_t first_disagree = -1;  // the first step whose argmax differs (-1: none)
+    double disagree_margin = 0;   // the dense lead at that step (0 when none)
 };
 
 // Accumulates StepMetrics one step at a time (the policy's logits arrive
@@ -69,7 +70,7 @@ class StepAccumulator {
 
   private:
     int64_t n_ = 0, n_agree_ = 0, margin_step_ = -1, first_disagree_ = -1;
-    double kl_sum_ = 0, kl_max_ = 0, nll_ref_sum_ = 0, nll_sum_ = 0, margin_ = 0;
+    double kl_sum_ = 0, kl_max_ = 0, nll_ref_sum_ = 0, nll_sum_ = 0, margin_ = 0, disagree_margin_ = 0;
 };
 
 // Summary over the samples of one (policy, task, length) cell.

@@ -187,6 +187,7 @@ json sample_json(const EvalResult &r, const EvalSampleResult &s) {
             {"ref_margin", num_or_null(s.steps.n_steps > 0, s.steps.ref_margin)},
             {"ref_margin_step", s.steps.ref_margin_step},
             {"first_disagree", s.steps.first_disagree},
+            {"disagree_margin", num_or_null(s.steps.first_disagree >= 0, s.steps.disagree_margin)},
             {"rows_dense", s.rows_dense},
             {"rows_kept", rows},
             {"compression", kept > 0 ? dense / static_cast<double>(kept) : 0.0},
