@@ -19,6 +19,14 @@ is the dense-baseline layout (eval/run_baseline.sh's files): only the
 reference rows, a row per task, per model and length the accuracy with its
 interval and k/n, RULER's partial-credit score and the reference's wall time
 (perplexity of the scored tail for ppl).
+
+    python3 eval/eval_table.py --seeds eval-32k.json
+
+lists, per (task, length) and policy row, the samples (by seed) it loses that
+the reference gets right and those it gets that the reference loses, each
+with its output, the first teacher-forced step whose argmax parts from the
+reference's and the reference's lead there (nats; files from before the
+lead was recorded show "?").
 """
 import argparse
 import json
@@ -93,14 +101,54 @@ def baseline(paths):
         print("| " + " | ".join(row) + " |")
 
 
+def seeds(paths):
+    """Per (task, length) and policy row: samples lost and gained against the reference."""
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        ref = {}  # (task, ctx, seed) -> sample of the reference row
+        for s in doc["samples"]:
+            if s["reference"] and s["scored"]:
+                ref[(s["task"], s["ctx"], s["seed"])] = s
+        print(f"{path}:")
+        rows = {}  # (task, ctx, policy, kv) -> [samples]
+        for s in doc["samples"]:
+            if not s["reference"] and s["scored"]:
+                rows.setdefault((s["task"], s["ctx"], s["policy"], s["kv_type"]), []).append(s)
+        for (task, ctx, policy, kv), samples in rows.items():
+            lost, gained = [], []
+            for s in sorted(samples, key=lambda x: x["seed"]):
+                r = ref.get((task, ctx, s["seed"]))
+                if r is None or r["correct"] == s["correct"]:
+                    continue
+                step, lead = s.get("first_disagree"), s.get("disagree_margin")
+                if step is None:  # a file from before the fields
+                    where = "step ?"
+                elif step == -1:
+                    where = "no forced step differs"
+                else:
+                    where = f"parts at step {step}, reference lead " + ("?" if lead is None else "%.2f" % lead)
+                (lost if r["correct"] else gained).append(f"{s['seed']} ({s['output'].strip()!r}; {where})")
+            n_ok = sum(1 for s in samples if s["correct"])
+            n_ref = sum(1 for s in samples if (task, ctx, s["seed"]) in ref and ref[(task, ctx, s["seed"])]["correct"])
+            print(f"  {task} @{ctx} {policy} ({kv}): {n_ok}/{len(samples)} (reference {n_ref})")
+            print(f"    lost: {', '.join(lost) if lost else 'none'}")
+            if gained:
+                print(f"    gained: {', '.join(gained)}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+")
     ap.add_argument("--baseline", action="store_true",
                     help="reference rows only, a row per task, columns per model and length")
+    ap.add_argument("--seeds", action="store_true",
+                    help="per policy row, the samples lost and gained against the reference")
     args = ap.parse_args()
     if args.baseline:
         return baseline(args.files)
+    if args.seeds:
+        return seeds(args.files)
     by_ctx = {}  # ctx -> {(policy, kv): {task: cell}}
     tasks_of = {}
     for path in args.files:

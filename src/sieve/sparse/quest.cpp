@@ -25,7 +25,8 @@ void QuestSelector::reset() {
 void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv, int seq, int64_t n, Choice &c) {
     const int64_t unit = p_.page, per_unit = unit / k_summary_rows, group = n_head_ / n_head_kv_;
     const int64_t n_units = (n + unit - 1) / unit, newest = n_units - 1;
-    // Logical pages of the rows before the token's own (all summarized).
+    // Logical pages of the rows before the token's own: bounds from their
+    // summaries, or (score=exact) scores from their keys.
     const int64_t n_rows = kv.n_rows(seq, layer, g), n_logical = summary_pages(n_rows);
     logical_.resize(static_cast<size_t>(n_logical));
     const float scale = 1.0f / std::sqrt(static_cast<float>(d_));  // the attention's scale (model.cpp)
