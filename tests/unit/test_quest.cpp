@@ -150,6 +150,30 @@ TEST(QuestScores, ExactScoresMatchTheirReference) {
             if (agg == cpu::PageAgg::mass) {
                 EXPECT_NEAR(total, static_cast<double>(group), 1e-6 * static_cast<double>(group));
             }
+            // A page list: every page listed gives the same bits as none;
+            // a random ascending subset matches the reference over its keys.
+            std::vector<int32_t> all(static_cast<size_t>(n_pages)), some;
+            for (int32_t p = 0; p < n_pages; ++p) {
+                all[static_cast<size_t>(p)] = p;
+                if (rng() % 3 == 0) some.push_back(p);
+            }
+            if (some.empty()) some.push_back(static_cast<int32_t>(n_pages - 1));
+            std::vector<float> listed(got.size());
+            a.pages = all.data();
+            a.n_list = n_pages;
+            a.out = listed.data();
+            cpu::page_scores_exact(a);
+            for (int64_t p = 0; p < n_pages; ++p) ASSERT_EQ(listed[p], got[p]) << "page " << p;
+            std::vector<float> sub(some.size()), sub_ref(some.size());
+            a.pages = some.data();
+            a.n_list = static_cast<int64_t>(some.size());
+            a.out = sub.data();
+            cpu::page_scores_exact(a);
+            a.out = sub_ref.data();
+            cpu::page_scores_exact_ref(a);
+            for (size_t i = 0; i < some.size(); ++i)
+                ASSERT_NEAR(sub[i], sub_ref[i], 2e-4f * (1.0f + std::fabs(sub_ref[i])))
+                    << "listed page " << some[i];
         }
     }
 }
@@ -233,7 +257,8 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
     std::vector<float> logical(static_cast<size_t>(n_logical));
     cpu::PageScoreArgs a =
         page_args(q + g * group * d, group, d, summary.data(), n_logical, p.agg, logical.data());
-    if (p.exact) {
+    // The exact scores' arguments over the lane's rows before the token's own.
+    const auto exact_args = [&](float *out) {
         cpu::PageExactArgs e;
         e.q = a.q;
         e.group = group;
@@ -244,8 +269,11 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
         e.page_rows = k_summary_rows;
         e.agg = p.agg;
         e.scale = a.scale;
-        e.out = logical.data();
-        cpu::page_scores_exact_ref(e);
+        e.out = out;
+        return e;
+    };
+    if (p.exact) {
+        cpu::page_scores_exact_ref(exact_args(logical.data()));
     } else {
         cpu::quest_page_scores(a);
     }
@@ -261,6 +289,33 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
     }
     std::sort(rest.begin(), rest.end());
     const int64_t want = std::max<int64_t>(0, p.budget / unit - static_cast<int64_t>(units.size()));
+    const int64_t n_cand =
+        std::min<int64_t>(static_cast<int64_t>(rest.size()),
+                          static_cast<int64_t>(std::ceil(p.refine * static_cast<double>(want))));
+    if (!p.exact && p.refine > 0 && n_cand > want) {
+        // refine: the bound's best n_cand units, re-ranked by the exact
+        // scores of their pages (softmax over the candidates' keys alone).
+        std::vector<int64_t> cand;
+        for (int64_t i = 0; i < n_cand; ++i) cand.push_back(rest[i].second);
+        std::sort(cand.begin(), cand.end());
+        std::vector<int32_t> pages;
+        for (int64_t u : cand)
+            for (int64_t j = u * unit / k_summary_rows; j < (u + 1) * unit / k_summary_rows; ++j)
+                pages.push_back(static_cast<int32_t>(j));
+        std::vector<float> ex(pages.size());
+        cpu::PageExactArgs e = exact_args(ex.data());
+        e.pages = pages.data();
+        e.n_list = static_cast<int64_t>(pages.size());
+        cpu::page_scores_exact_ref(e);
+        rest.clear();
+        for (size_t i = 0; i < cand.size(); ++i) {
+            const int64_t per = unit / k_summary_rows;
+            const float sc = *std::max_element(ex.begin() + static_cast<std::ptrdiff_t>(i * per),
+                                               ex.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
+            rest.emplace_back(-sc, cand[i]);
+        }
+        std::sort(rest.begin(), rest.end());
+    }
     for (int64_t i = 0; i < std::min<int64_t>(want, static_cast<int64_t>(rest.size())); ++i) units.insert(rest[i].second);
     return units;
 }
@@ -289,6 +344,8 @@ TEST(QuestSelector, SpansAreTheBestUnitsWithinTheBudgetPlusSinkRecentAndNewest) 
         {"quest:budget=48,agg=maxprob,full_layers=0", {97, 300}},
         {"quest:budget=64,score=exact,full_layers=0", {97, 300}},
         {"quest:budget=80,agg=mass,score=exact,sink=20,full_layers=0", {250, 131}},
+        {"quest:budget=64,refine=3,full_layers=0", {300, 97}},
+        {"quest:budget=128,page=32,agg=mass,refine=2.5,full_layers=0", {700, 333}},
         {"quest:budget=512,page=64,full_layers=0", {400, 2000}},  // head 0 within the budget: dense
         {"quest:budget=64,page=64,sink=0,full_layers=0", {600, 600}},
     };
@@ -375,6 +432,7 @@ TEST(QuestSelector, BadSpecsSayWhatIsExpected) {
              {"quest:interval=0", "interval=0: expected an integer"},
              {"quest:agg=median", "agg=median: expected max, mean, mass or maxprob"},
              {"quest:score=oracle", "score=oracle: expected bound"},
+             {"quest:refine=0.5", "refine=0.5: expected 0 (off) or a factor of at least 1"},
              {"quest:keep=0.1", "quest has no key 'keep'"}}) {
         auto spec = kv_policy_spec_parse(text);
         std::string msg = spec.ok() ? kv_policy_make(*spec).status().message() : spec.status().message();

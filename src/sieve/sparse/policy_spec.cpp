@@ -148,6 +148,10 @@ Status parse_page_selection(const KvPolicySpec &spec, QuestParams *p) {
                 it->second.c_str());
         p->exact = it->second == "exact";
     }
+    SIEVE_TRY(parse_real(spec, "refine", 0.0, 64.0, false, &p->refine));
+    if (p->refine > 0.0 && p->refine < 1.0)
+        return Status::errorf(
+            "refine=%g: expected 0 (off) or a factor of at least 1 (candidates per chosen unit)", p->refine);
     return Status();
 }
 
@@ -215,16 +219,18 @@ const std::vector<KvPolicyEntry> &kv_policy_table() {
          "recent=budget/2)",
          make_h2o},
         {"quest",
-         {"budget", "page", "interval", "sink", "recent", "full_layers", "agg", "score"},
+         {"budget", "page", "interval", "sink", "recent", "full_layers", "agg", "score", "refine"},
          "Quest page selection: every row kept, each decode query reads the pages of `page` rows with the "
          "highest "
          "min/max bound, reselected every `interval` steps (default budget=2048, page=16, interval=4, "
          "sink=16, "
-         "full_layers=2, agg=max, score=bound; agg=mean|mass|maxprob, score=exact: an oracle)",
+         "full_layers=2, agg=max, score=bound, refine=0; agg=mean|mass|maxprob, score=exact: an oracle, "
+         "refine=R: "
+         "the bound's best R x budget re-ranked by their keys)",
          make_quest},
         {"lserve",
-         {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "score", "prefill",
-          "full_layers"},
+         {"static", "budget", "page", "interval", "sink", "recent", "profile", "agg", "score", "refine",
+          "prefill", "full_layers"},
          "LServe: the `static` fraction of KV heads with the lowest head-profile scores keep sink + recent "
          "rows "
          "(streaming heads; in prefill a lambda-shaped mask, unless prefill=dense), the rest read Quest "

@@ -30,7 +30,8 @@ void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv
     const int64_t n_rows = kv.n_rows(seq, layer, g), n_logical = summary_pages(n_rows);
     logical_.resize(static_cast<size_t>(n_logical));
     const float scale = 1.0f / std::sqrt(static_cast<float>(d_));  // the attention's scale (model.cpp)
-    if (p_.exact) {
+    // Exact scores of the lane's pages into out (every page, unless a.pages is set).
+    const auto exact_args = [&](float *out) {
         cpu::PageExactArgs a;
         a.q = q + g * group * d_;
         a.group = group;
@@ -41,8 +42,11 @@ void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv
         a.page_rows = k_summary_rows;
         a.agg = p_.agg;
         a.scale = scale;
-        a.out = logical_.data();
-        cpu::page_scores_exact(a);
+        a.out = out;
+        return a;
+    };
+    if (p_.exact) {
+        cpu::page_scores_exact(exact_args(logical_.data()));
     } else {
         cpu::PageScoreArgs a;
         a.q = q + g * group * d_;
@@ -84,6 +88,33 @@ void QuestSelector::choose(int64_t layer, int64_t g, const float *q, KvCache &kv
         const float sx = unit_score_[static_cast<size_t>(x)], sy = unit_score_[static_cast<size_t>(y)];
         return sx > sy || (sx == sy && x < y);
     };
+    const int64_t n_cand =
+        p_.exact || p_.refine <= 0.0
+            ? 0
+            : std::min<int64_t>(static_cast<int64_t>(order_.size()),
+                                static_cast<int64_t>(std::ceil(p_.refine * static_cast<double>(more))));
+    if (n_cand > more) {
+        // refine=: the bound's best n_cand units, re-scored from their keys.
+        std::nth_element(order_.begin(), order_.begin() + n_cand, order_.end(), better);
+        order_.resize(static_cast<size_t>(n_cand));
+        std::sort(order_.begin(), order_.end());
+        cand_pages_.clear();
+        for (int32_t u : order_)
+            for (int64_t j = 0; j < per_unit && u * per_unit + j < n_logical; ++j)
+                cand_pages_.push_back(static_cast<int32_t>(u * per_unit + j));
+        cand_score_.resize(cand_pages_.size());
+        cpu::PageExactArgs a = exact_args(cand_score_.data());
+        a.pages = cand_pages_.data();
+        a.n_list = static_cast<int64_t>(cand_pages_.size());
+        cpu::page_scores_exact(a);
+        size_t i = 0;
+        for (int32_t u : order_) {
+            float s = -INFINITY;
+            for (; i < cand_pages_.size() && cand_pages_[i] / per_unit == u; ++i)
+                s = std::max(s, cand_score_[i]);
+            unit_score_[static_cast<size_t>(u)] = s;
+        }
+    }
     if (more > 0 && more < static_cast<int64_t>(order_.size()))
         std::nth_element(order_.begin(), order_.begin() + more, order_.end(), better);
     for (int64_t i = 0; i < more; ++i) take[static_cast<size_t>(order_[static_cast<size_t>(i)])] = 1;

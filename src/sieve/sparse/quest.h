@@ -11,6 +11,7 @@
 //      it counts if any head may need it), mean, or mass (each head's bounds
 //      as softmax logits over the pages, the group's probabilities summed)
 //      (agg=); or, with score=exact, the same from the keys themselves;
+//      with refine=R, the bound's best R x budget re-ranked by their keys;
 //   2. a selection unit ("physical page") of `page` rows scores the max of
 //      its logical pages (LServe: small logical pages for accuracy, larger
 //      units for cheap reading);
@@ -49,6 +50,11 @@ struct QuestParams {
     // not the min/max bound. An oracle for measuring what the bound loses: a
     // selection reads the whole lane, as dense attention does.
     bool exact = false;
+    // refine=R (0: off): the bound's best R x (units the budget chooses)
+    // are candidates, re-ranked by their keys' exact scores (same agg; the
+    // softmax of mass over the candidates' keys). Each selection then reads
+    // the K rows of R x budget, besides the decode's reads.
+    double refine = 0.0;
 };
 
 // Selection counters of one sequence (or summed over many).
@@ -85,7 +91,8 @@ private:
     int64_t step_ = 0;
     std::vector<Choice> choices_;  // [n_layer][n_head_kv]
     std::vector<float> logical_, unit_score_;
-    std::vector<int32_t> order_;
+    std::vector<int32_t> order_, cand_pages_;
+    std::vector<float> cand_score_;
     std::vector<char> take_;
     std::vector<int32_t> rows_;      // spans of the current call
     std::vector<int64_t> first_;

@@ -42,12 +42,30 @@ void check(const PageScoreArgs &a, const char *who) {
                  static_cast<long long>(k_max_d));
 }
 
+// The pages a call scores: the list, or every page.
+int64_t exact_pages(const PageExactArgs &a) {
+    return a.pages ? a.n_list : (a.n_rows + a.page_rows - 1) / a.page_rows;
+}
+int64_t exact_page(const PageExactArgs &a, int64_t i) {
+    return a.pages ? a.pages[i] : i;
+}
+
+bool exact_list_ok(const PageExactArgs &a) {
+    if (!a.pages) return true;
+    if (a.n_list < 0 || a.page_rows < 1) return false;
+    const int64_t np = (a.n_rows + a.page_rows - 1) / a.page_rows;
+    for (int64_t i = 0; i < a.n_list; ++i)
+        if (a.pages[i] < 0 || a.pages[i] >= np || (i > 0 && a.pages[i] <= a.pages[i - 1])) return false;
+    return true;
+}
+
 void check_exact(const PageExactArgs &a, const char *who) {
     SIEVE_CHECKF(a.q && a.keys && a.out && a.group >= 1 && a.d >= 1 && a.d <= k_max_d && a.n_rows >= 0 &&
-                     a.page_rows >= 1 && row_type_fits(a.type, a.d) &&
+                     a.page_rows >= 1 && row_type_fits(a.type, a.d) && exact_list_ok(a) &&
                      ((a.agg != PageAgg::mass && a.agg != PageAgg::maxprob) || a.scale > 0.0f),
                  "%s: group %lld, d %lld, %lld rows of %s, pages of %lld, scale %g (d at most %lld and whole "
-                 "blocks of the type, pointers set, scale > 0 for mass and maxprob)",
+                 "blocks of the type, pointers set, a page list ascending and within the rows, scale > 0 for "
+                 "mass and maxprob)",
                  who, static_cast<long long>(a.group), static_cast<long long>(a.d),
                  static_cast<long long>(a.n_rows), row_type_name(a.type), static_cast<long long>(a.page_rows),
                  static_cast<double>(a.scale), static_cast<long long>(k_max_d));
@@ -174,37 +192,51 @@ void quest_page_scores_ref(const PageScoreArgs &a) {
 
 void page_scores_exact(const PageExactArgs &a) {
     check_exact(a, "page_scores_exact");
-    const int64_t d = a.d, n = a.n_rows, np = (n + a.page_rows - 1) / a.page_rows;
+    const int64_t d = a.d, n = a.n_rows, np = exact_pages(a);
+    // The keys scored: the listed pages' rows in order, or every row.
     thread_local std::vector<float> logit, per_head;
-    logit.resize(static_cast<size_t>(a.group * n));
+    thread_local std::vector<int64_t> first;  // the call's rows of page i: [first[i], first[i + 1])
+    first.resize(static_cast<size_t>(np + 1));
+    first[0] = 0;
+    for (int64_t i = 0; i < np; ++i) {
+        const int64_t r0 = exact_page(a, i) * a.page_rows;
+        first[static_cast<size_t>(i + 1)] =
+            first[static_cast<size_t>(i)] + std::min(n, r0 + a.page_rows) - r0;
+    }
+    const int64_t m = first[static_cast<size_t>(np)];
+    logit.resize(static_cast<size_t>(a.group * m));
     per_head.resize(static_cast<size_t>(a.group * np));
     alignas(64) float buf[k_max_d];
-    for (int64_t r = 0; r < n; ++r) {
-        const float *k = buf;
-        if (a.type == RowType::f32)
-            k = static_cast<const float *>(a.keys) + r * d;
-        else
-            rows_to_f32(a.type, a.keys, r * d, d, buf);
-        for (int64_t h = 0; h < a.group; ++h)
-            logit[static_cast<size_t>(h * n + r)] = simd::dot(a.q + h * d, k, d);
+    for (int64_t i = 0; i < np; ++i) {
+        const int64_t r0 = exact_page(a, i) * a.page_rows, j0 = first[static_cast<size_t>(i)];
+        for (int64_t j = j0; j < first[static_cast<size_t>(i + 1)]; ++j) {
+            const int64_t r = r0 + j - j0;
+            const float *k = buf;
+            if (a.type == RowType::f32)
+                k = static_cast<const float *>(a.keys) + r * d;
+            else
+                rows_to_f32(a.type, a.keys, r * d, d, buf);
+            for (int64_t h = 0; h < a.group; ++h)
+                logit[static_cast<size_t>(h * m + j)] = simd::dot(a.q + h * d, k, d);
+        }
     }
     const bool prob = a.agg == PageAgg::mass || a.agg == PageAgg::maxprob;
-    for (int64_t h = 0; h < a.group && n > 0; ++h) {
-        float *x = logit.data() + h * n, *v = per_head.data() + h * np;
+    for (int64_t h = 0; h < a.group && m > 0; ++h) {
+        float *x = logit.data() + h * m, *v = per_head.data() + h * np;
         float inv = 1.0f;
         if (prob) {
             float top = -INFINITY;
-            for (int64_t r = 0; r < n; ++r) {
-                x[r] *= a.scale;
-                top = std::max(top, x[r]);
+            for (int64_t j = 0; j < m; ++j) {
+                x[j] *= a.scale;
+                top = std::max(top, x[j]);
             }
-            inv = 1.0f / simd::exp_sub_sum(x, top, n);  // x[r] = exp(x[r] - top); >= 1 term equals 1
+            inv = 1.0f / simd::exp_sub_sum(x, top, m);  // x[j] = exp(x[j] - top); >= 1 term equals 1
         }
-        for (int64_t p = 0; p < np; ++p) {
-            const int64_t r0 = p * a.page_rows, r1 = std::min(n, r0 + a.page_rows);
+        for (int64_t i = 0; i < np; ++i) {
             float s = prob ? 0.0f : -INFINITY;
-            for (int64_t r = r0; r < r1; ++r) s = prob ? s + x[r] : std::max(s, x[r]);
-            v[p] = prob ? s * inv : s;
+            for (int64_t j = first[static_cast<size_t>(i)]; j < first[static_cast<size_t>(i + 1)]; ++j)
+                s = prob ? s + x[j] : std::max(s, x[j]);
+            v[i] = prob ? s * inv : s;
         }
     }
     combine_heads(per_head.data(), a.group, np, a.agg, a.out);
@@ -212,30 +244,34 @@ void page_scores_exact(const PageExactArgs &a) {
 
 void page_scores_exact_ref(const PageExactArgs &a) {
     check_exact(a, "page_scores_exact_ref");
-    const int64_t d = a.d, n = a.n_rows, np = (n + a.page_rows - 1) / a.page_rows;
+    const int64_t d = a.d, n = a.n_rows, np = exact_pages(a);
     const bool prob = a.agg == PageAgg::mass || a.agg == PageAgg::maxprob;
-    std::vector<double> v(static_cast<size_t>(a.group * np)), l(static_cast<size_t>(n));
+    std::vector<double> v(static_cast<size_t>(a.group * np));
+    std::vector<std::vector<double>> l(static_cast<size_t>(np));  // per page, its rows' logits
     for (int64_t h = 0; h < a.group; ++h) {
-        for (int64_t r = 0; r < n; ++r) {
-            double s = 0.0;
-            for (int64_t c = 0; c < d; ++c)
-                s += static_cast<double>(a.q[h * d + c]) *
-                     static_cast<double>(row_elem(a.type, a.keys, r * d + c));
-            l[static_cast<size_t>(r)] = prob ? static_cast<double>(a.scale) * s : s;
+        double top = -INFINITY;
+        for (int64_t i = 0; i < np; ++i) {
+            const int64_t r0 = exact_page(a, i) * a.page_rows;
+            std::vector<double> &page = l[static_cast<size_t>(i)];
+            page.clear();
+            for (int64_t r = r0; r < std::min(n, r0 + a.page_rows); ++r) {
+                double s = 0.0;
+                for (int64_t c = 0; c < d; ++c)
+                    s += static_cast<double>(a.q[h * d + c]) *
+                         static_cast<double>(row_elem(a.type, a.keys, r * d + c));
+                if (prob) s *= static_cast<double>(a.scale);
+                page.push_back(s);
+                top = std::max(top, s);
+            }
         }
-        double lse = 0.0;
-        if (prob && n > 0) {
-            const double m = *std::max_element(l.begin(), l.end());
-            double z = 0.0;
-            for (double x : l) z += std::exp(x - m);
-            lse = m + std::log(z);
-        }
-        for (int64_t p = 0; p < np; ++p) {
+        double z = 0.0;
+        for (const std::vector<double> &page : l)
+            for (double x : page) z += std::exp(x - top);
+        const double lse = top + std::log(z);
+        for (int64_t i = 0; i < np; ++i) {
             double s = prob ? 0.0 : -INFINITY;
-            for (int64_t r = p * a.page_rows; r < std::min(n, (p + 1) * a.page_rows); ++r)
-                s = prob ? s + std::exp(l[static_cast<size_t>(r)] - lse)
-                         : std::max(s, l[static_cast<size_t>(r)]);
-            v[static_cast<size_t>(h * np + p)] = s;
+            for (double x : l[static_cast<size_t>(i)]) s = prob ? s + std::exp(x - lse) : std::max(s, x);
+            v[static_cast<size_t>(h * np + i)] = s;
         }
     }
     combine_heads(v.data(), a.group, np, a.agg, a.out);

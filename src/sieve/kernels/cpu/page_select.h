@@ -68,8 +68,14 @@ struct PageExactArgs {
     int64_t n_rows = 0;
     int64_t page_rows = 16;  // rows per page; the last page may be partial
     PageAgg agg = PageAgg::max;
-    float scale = 0.0f;    // the attention's logit scale (mass, maxprob; > 0)
-    float *out = nullptr;  // [ceil(n_rows / page_rows)]
+    float scale = 0.0f;  // the attention's logit scale (mass, maxprob; > 0)
+    // Optional: score only pages[0 .. n_list) (ascending, each below
+    // ceil(n_rows / page_rows)); out[i] is then page pages[i]'s, and lse_h
+    // runs over those pages' keys alone (refine= in quest: the bound's
+    // candidates re-ranked by their keys).
+    const int32_t *pages = nullptr;
+    int64_t n_list = 0;
+    float *out = nullptr;  // [n_list] with a list, else [ceil(n_rows / page_rows)]
 };
 
 void page_scores_exact(const PageExactArgs &a);
