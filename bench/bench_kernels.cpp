@@ -386,6 +386,42 @@ void bm_page_scores(benchmark::State &state, cpu::PageAgg agg) {
         benchmark::Counter(static_cast<double>(n_pages * state.iterations()), benchmark::Counter::kIsRate);
 }
 
+// Exact page scores (refine=, score=exact) of one KV head's 7-head group
+// over range(0) f16 key rows of a lane of 32,768, listed as every 4th run of
+// 16-row pages (what refine's candidates look like: scattered pages), mass.
+void bm_page_scores_exact(benchmark::State &state) {
+    const int64_t n_list_rows = state.range(0), n_rows = 32768, group = 7, d = 64;
+    std::mt19937 rng(6);
+    const std::vector<float> kf = test::random_values(rng, static_cast<size_t>(n_rows * d), 2.0f);
+    std::vector<uint16_t> keys(kf.size());
+    for (size_t i = 0; i < kf.size(); ++i) keys[i] = fp32_to_fp16(kf[i]);
+    const std::vector<float> q = test::random_values(rng, static_cast<size_t>(group * d));
+    std::vector<int32_t> pages;
+    const int64_t stride = std::max<int64_t>(1, n_rows / n_list_rows);
+    for (int64_t p = 0; p < n_rows / 16 && static_cast<int64_t>(pages.size()) * 16 < n_list_rows; p += stride)
+        pages.push_back(static_cast<int32_t>(p));
+    std::vector<float> out(pages.size());
+    cpu::PageExactArgs a;
+    a.q = q.data();
+    a.group = group;
+    a.d = d;
+    a.type = cpu::RowType::f16;
+    a.keys = keys.data();
+    a.n_rows = n_rows;
+    a.agg = cpu::PageAgg::mass;
+    a.scale = 0.125f;
+    a.pages = pages.data();
+    a.n_list = static_cast<int64_t>(pages.size());
+    a.out = out.data();
+    for (auto _ : state) {
+        cpu::page_scores_exact(a);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["rows/s"] =
+        benchmark::Counter(static_cast<double>(static_cast<int64_t>(pages.size()) * 16 * state.iterations()),
+                           benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 // Decode steps of 1..32 tokens on the shapes of the two long-context files
@@ -480,5 +516,7 @@ BENCHMARK_CAPTURE(bm_page_scores, mass, cpu::PageAgg::mass)
     ->Arg(512)
     ->Arg(2048)
     ->Unit(benchmark::kMicrosecond);
+// refine=2 and 4 at budget 2048, and score=exact over a whole 32k lane.
+BENCHMARK(bm_page_scores_exact)->Arg(4096)->Arg(8192)->Arg(32768)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
