@@ -39,6 +39,24 @@ cpu::PageScoreArgs page_args(const float *q, int64_t group, int64_t d, const uin
     return a;
 }
 
+// The exact scores' arguments for a group of queries over n_rows keys of
+// type t in pages of page_rows, at the attention's scale.
+cpu::PageExactArgs exact_args(const float *q, int64_t group, int64_t d, cpu::RowType t, const void *keys,
+                              int64_t n_rows, int64_t page_rows, cpu::PageAgg agg, float *out) {
+    cpu::PageExactArgs e;
+    e.q = q;
+    e.group = group;
+    e.d = d;
+    e.type = t;
+    e.keys = keys;
+    e.n_rows = n_rows;
+    e.page_rows = page_rows;
+    e.agg = agg;
+    e.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    e.out = out;
+    return e;
+}
+
 TEST(QuestScores, KernelMatchesReferenceAndBoundsEveryKey) {
     std::mt19937 rng(91);
     for (int rep = 0; rep < 40; ++rep) {
@@ -127,17 +145,8 @@ TEST(QuestScores, ExactScoresMatchTheirReference) {
         for (cpu::PageAgg agg :
              {cpu::PageAgg::max, cpu::PageAgg::mean, cpu::PageAgg::mass, cpu::PageAgg::maxprob}) {
             std::vector<float> got(static_cast<size_t>(n_pages)), want(got.size());
-            cpu::PageExactArgs a;
-            a.q = q.data();
-            a.group = group;
-            a.d = d;
-            a.type = t;
-            a.keys = keys.data();
-            a.n_rows = n_rows;
-            a.page_rows = page_rows;
-            a.agg = agg;
-            a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-            a.out = got.data();
+            cpu::PageExactArgs a =
+                exact_args(q.data(), group, d, t, keys.data(), n_rows, page_rows, agg, got.data());
             cpu::page_scores_exact(a);
             a.out = want.data();
             cpu::page_scores_exact_ref(a);
@@ -196,16 +205,8 @@ TEST(QuestScores, ExactScoresRankByTheKeysNotTheirRanges) {
         float bound[2], exact[2];
         cpu::PageScoreArgs b = page_args(q.data(), 1, d, summary.data(), 2, agg, bound);
         cpu::quest_page_scores(b);
-        cpu::PageExactArgs e;
-        e.q = q.data();
-        e.d = d;
-        e.type = cpu::RowType::f16;
-        e.keys = keys.data();
-        e.n_rows = n_rows;
-        e.agg = agg;
-        e.scale = 1.0f / std::sqrt(static_cast<float>(d));
-        e.out = exact;
-        cpu::page_scores_exact(e);
+        cpu::page_scores_exact(
+            exact_args(q.data(), 1, d, cpu::RowType::f16, keys.data(), n_rows, 16, agg, exact));
         EXPECT_GT(bound[0], bound[1]);
         EXPECT_GT(exact[1], exact[0]);
         if (agg == cpu::PageAgg::max) {
@@ -258,22 +259,12 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
     cpu::PageScoreArgs a =
         page_args(q + g * group * d, group, d, summary.data(), n_logical, p.agg, logical.data());
     // The exact scores' arguments over the lane's rows before the token's own.
-    const auto exact_args = [&](float *out) {
-        cpu::PageExactArgs e;
-        e.q = a.q;
-        e.group = group;
-        e.d = d;
-        e.type = kv.shape().type.k;
-        e.keys = kv.k_data(0, layer, g);
-        e.n_rows = n - 1;
-        e.page_rows = k_summary_rows;
-        e.agg = p.agg;
-        e.scale = a.scale;
-        e.out = out;
-        return e;
+    const auto lane_exact_args = [&](float *out) {
+        return exact_args(a.q, group, d, kv.shape().type.k, kv.k_data(0, layer, g), n - 1, k_summary_rows,
+                          p.agg, out);
     };
     if (p.exact) {
-        cpu::page_scores_exact_ref(exact_args(logical.data()));
+        cpu::page_scores_exact_ref(lane_exact_args(logical.data()));
     } else {
         cpu::quest_page_scores(a);
     }
@@ -303,7 +294,7 @@ std::set<int64_t> expected_units(const QuestParams &p, KvCache &kv, int64_t laye
             for (int64_t j = u * unit / k_summary_rows; j < (u + 1) * unit / k_summary_rows; ++j)
                 pages.push_back(static_cast<int32_t>(j));
         std::vector<float> ex(pages.size());
-        cpu::PageExactArgs e = exact_args(ex.data());
+        cpu::PageExactArgs e = lane_exact_args(ex.data());
         e.pages = pages.data();
         e.n_list = static_cast<int64_t>(pages.size());
         cpu::page_scores_exact_ref(e);
