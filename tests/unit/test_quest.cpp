@@ -132,11 +132,16 @@ TEST(QuestScores, MassGivesEveryHeadOneUnitAndKeepsOneHeadsOrder) {
 TEST(QuestScores, ExactScoresMatchTheirReference) {
     std::mt19937 rng(94);
     const cpu::RowType types[] = {cpu::RowType::f16, cpu::RowType::q8_0, cpu::RowType::f32,
-                                  cpu::RowType::bf16};
-    for (int rep = 0; rep < 32; ++rep) {
-        const cpu::RowType t = types[rep % 4];
-        const int64_t group = std::vector<int64_t>{1, 3, 7}[rep % 3], d = rep % 2 ? 64 : 96;
-        const int64_t n_rows = 1 + static_cast<int64_t>(rng() % 700), page_rows = rep % 5 == 0 ? 5 : 16;
+                                  cpu::RowType::bf16, cpu::RowType::q4_0};
+    for (int rep = 0; rep < 45; ++rep) {
+        // every type with every head size (the 64- and 128-wide ones take the
+        // decode's register paths) and group size, pages of 16 rows, odd ones
+        // and ones longer than the decode's block of 64 rows
+        const cpu::RowType t = types[rep % 5];
+        const int64_t group = std::vector<int64_t>{1, 3, 7}[rep % 3],
+                      d = std::vector<int64_t>{64, 96, 128}[rep / 3 % 3];
+        const int64_t n_rows = 1 + static_cast<int64_t>(rng() % 700);
+        const int64_t page_rows = std::vector<int64_t>{5, 16, 16, 100}[rep % 4];
         const int64_t n_pages = (n_rows + page_rows - 1) / page_rows;
         std::vector<uint8_t> keys(static_cast<size_t>(cpu::row_bytes(t, n_rows * d)));
         const std::vector<float> kv = test::random_values(rng, static_cast<size_t>(n_rows * d), 1.5f);

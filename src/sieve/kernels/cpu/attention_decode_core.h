@@ -685,17 +685,7 @@ inline void block_pieces(const float *q, int64_t group, const Piece<RK, RV> *pc,
         float *part = part0 + g * hstride, *sg = s + g * k_blk;
         // The block max in vectors (max is exact, so any order gives the
         // same value; a scalar loop is one 64-long dependency chain per head).
-        float bmax = -INFINITY;
-        int64_t j = 0;
-#if defined(__AVX512F__)
-        if (nb >= 16) {
-            __m512 mv = _mm512_loadu_ps(sg);
-            for (j = 16; j + 16 <= nb; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(sg + j));
-            bmax = _mm512_reduce_max_ps(mv);
-        }
-#endif
-        for (; j < nb; ++j) bmax = std::max(bmax, sg[j]);
-        const float m_new = std::max(part[mi], bmax);
+        const float m_new = std::max(part[mi], simd::max_of(sg, nb));
         const float alpha = std::exp(part[mi] - m_new);  // 0 on the first block (m = -inf)
         const float sum = simd::exp_sub_sum(sg, m_new, nb);
         if (alpha != 1.0f) simd::scale(part, alpha, d);

@@ -6,6 +6,7 @@
 
 #include "sieve/core/fp16.h"
 #include "sieve/core/status.h"
+#include "sieve/kernels/cpu/attention_decode_core.h"
 #include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/simd.h"
 
@@ -69,6 +70,43 @@ void check_exact(const PageExactArgs &a, const char *who) {
                  who, static_cast<long long>(a.group), static_cast<long long>(a.d),
                  static_cast<long long>(a.n_rows), row_type_name(a.type), static_cast<long long>(a.page_rows),
                  static_cast<double>(a.scale), static_cast<long long>(k_max_d));
+}
+
+// logit[h * m + j] = q_h . k (times the scale for mass and maxprob) for the call's rows j (the listed pages'
+// rows end to end, first[] their offsets), through the decode's Q.K (the rows read in place, several rows per
+// horizontal sum, every query head per row read). It walks each page from its first row in blocks of up to
+// decode::k_blk, so a row's bits depend only on its place in its page: a page scores the same listed or not.
+template <class R>
+void exact_logits_t(const PageExactArgs &a, const int64_t *first, int64_t np, int64_t m, float *logit) {
+    const auto *rows = static_cast<const typename R::T *>(a.keys);
+    const int64_t d = a.d, stride = R::stride(d), n = a.n_rows;
+    const float scale = a.agg == PageAgg::mass || a.agg == PageAgg::maxprob ? a.scale : 1.0f;
+    thread_local AlignedBuffer<float> sbuf;
+    float *s = decode::grow(sbuf, a.group * decode::k_blk);
+    for (int64_t i = 0; i < np; ++i) {
+        const int64_t r0 = exact_page(a, i) * a.page_rows, r1 = std::min(n, r0 + a.page_rows);
+        for (int64_t r = r0; r < r1; r += decode::k_blk) {
+            const int64_t nb = std::min(decode::k_blk, r1 - r), j = first[i] + (r - r0);
+            decode::qk<R>(a.q, a.group, rows + r * stride, nb, d, scale, s);
+            for (int64_t h = 0; h < a.group; ++h)
+                std::copy(s + h * decode::k_blk, s + h * decode::k_blk + nb, logit + h * m + j);
+        }
+    }
+}
+
+void exact_logits(const PageExactArgs &a, const int64_t *first, int64_t np, int64_t m, float *logit) {
+    switch (a.type) {
+        case RowType::f32:
+            return exact_logits_t<decode::RowF32>(a, first, np, m, logit);
+        case RowType::f16:
+            return exact_logits_t<decode::RowF16>(a, first, np, m, logit);
+        case RowType::bf16:
+            return exact_logits_t<decode::RowBF16>(a, first, np, m, logit);
+        case RowType::q8_0:
+            return exact_logits_t<decode::RowQ8_0>(a, first, np, m, logit);
+        case RowType::q4_0:
+            return exact_logits_t<decode::RowQ4_0>(a, first, np, m, logit);
+    }
 }
 
 // out[p] from the per-head page values v[h * n_pages + p] (max or mean:
@@ -192,7 +230,7 @@ void quest_page_scores_ref(const PageScoreArgs &a) {
 
 void page_scores_exact(const PageExactArgs &a) {
     check_exact(a, "page_scores_exact");
-    const int64_t d = a.d, n = a.n_rows, np = exact_pages(a);
+    const int64_t n = a.n_rows, np = exact_pages(a);
     // The keys scored: the listed pages' rows in order, or every row.
     thread_local std::vector<float> logit, per_head;
     thread_local std::vector<int64_t> first;  // the call's rows of page i: [first[i], first[i + 1])
@@ -206,37 +244,18 @@ void page_scores_exact(const PageExactArgs &a) {
     const int64_t m = first[static_cast<size_t>(np)];
     logit.resize(static_cast<size_t>(a.group * m));
     per_head.resize(static_cast<size_t>(a.group * np));
-    alignas(64) float buf[k_max_d];
-    for (int64_t i = 0; i < np; ++i) {
-        const int64_t r0 = exact_page(a, i) * a.page_rows, j0 = first[static_cast<size_t>(i)];
-        for (int64_t j = j0; j < first[static_cast<size_t>(i + 1)]; ++j) {
-            const int64_t r = r0 + j - j0;
-            const float *k = buf;
-            if (a.type == RowType::f32)
-                k = static_cast<const float *>(a.keys) + r * d;
-            else
-                rows_to_f32(a.type, a.keys, r * d, d, buf);
-            for (int64_t h = 0; h < a.group; ++h)
-                logit[static_cast<size_t>(h * m + j)] = simd::dot(a.q + h * d, k, d);
-        }
-    }
+    exact_logits(a, first.data(), np, m, logit.data());
     const bool prob = a.agg == PageAgg::mass || a.agg == PageAgg::maxprob;
     for (int64_t h = 0; h < a.group && m > 0; ++h) {
         float *x = logit.data() + h * m, *v = per_head.data() + h * np;
         float inv = 1.0f;
-        if (prob) {
-            float top = -INFINITY;
-            for (int64_t j = 0; j < m; ++j) {
-                x[j] *= a.scale;
-                top = std::max(top, x[j]);
-            }
-            inv = 1.0f / simd::exp_sub_sum(x, top, m);  // x[j] = exp(x[j] - top); >= 1 term equals 1
-        }
+        if (prob)
+            inv = 1.0f /
+                  simd::exp_sub_sum(x, simd::max_of(x, m), m);  // x[j] = exp(x[j] - max); >= 1 term equals 1
         for (int64_t i = 0; i < np; ++i) {
-            float s = prob ? 0.0f : -INFINITY;
-            for (int64_t j = first[static_cast<size_t>(i)]; j < first[static_cast<size_t>(i + 1)]; ++j)
-                s = prob ? s + x[j] : std::max(s, x[j]);
-            v[i] = prob ? s * inv : s;
+            const float *xp = x + first[static_cast<size_t>(i)];
+            const int64_t len = first[static_cast<size_t>(i + 1)] - first[static_cast<size_t>(i)];
+            v[i] = prob ? simd::sum_of(xp, len) * inv : simd::max_of(xp, len);
         }
     }
     combine_heads(per_head.data(), a.group, np, a.agg, a.out);

@@ -78,6 +78,47 @@ inline void scale(float *y, float s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
+// Folds x[0, n) with op: 16 lanes first, then a tree across them, then the
+// tail (the order depends on n alone). max_of is exact in any order (-inf for none);
+// sum_of is a sum in that order.
+template <class VOp, class Op>
+inline float fold(const float *x, int64_t n, float init, VOp vop, Op op) {
+    float r = init;
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    if (n >= 16) {
+        __m512 acc = _mm512_loadu_ps(x);
+        for (j = 16; j + 16 <= n; j += 16) acc = vop(acc, _mm512_loadu_ps(x + j));
+        acc = vop(acc, _mm512_shuffle_f32x4(acc, acc, 0x4e));  // across halves, quarters, pairs, neighbours
+        acc = vop(acc, _mm512_shuffle_f32x4(acc, acc, 0xb1));
+        acc = vop(acc, _mm512_permute_ps(acc, 0x4e));
+        acc = vop(acc, _mm512_permute_ps(acc, 0xb1));
+        r = _mm512_cvtss_f32(acc);
+    }
+#else
+    (void)vop;
+#endif
+    for (; j < n; ++j) r = op(r, x[j]);
+    return r;
+}
+#if defined(__AVX512F__)
+struct VMax {
+    __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(a, b); }
+};
+struct VAdd {
+    __m512 operator()(__m512 a, __m512 b) const { return _mm512_add_ps(a, b); }
+};
+#else
+struct VMax {};
+struct VAdd {};
+#endif
+inline float max_of(const float *x, int64_t n) {
+    return fold(x, n, -INFINITY, VMax{}, [](float a, float b) { return a > b ? a : b; });
+}
+inline float sum_of(const float *x, int64_t n) {
+    return fold(x, n, 0.0f, VAdd{}, [](float a, float b) { return a + b; });
+}
+
 #if defined(__AVX512F__)
 // e^x for x <= 0 (softmax arguments after subtracting the max): x = n ln2 + r
 // with |r| <= ln2/2 (ln2 split in two for an exact reduction), a degree-6
