@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "kernels_test_util.h"
 #include "sieve/core/fp16.h"
+#include "sieve/core/thread_pool.h"
 #include "sieve/kernels/cpu/kv_rows.h"
 #include "sieve/kernels/cpu/page_select.h"
 #include "sieve/kv/contiguous_kv.h"
@@ -345,7 +347,11 @@ TEST(QuestSelector, SpansAreTheBestUnitsWithinTheBudgetPlusSinkRecentAndNewest) 
         {"quest:budget=512,page=64,full_layers=0", {400, 2000}},  // head 0 within the budget: dense
         {"quest:budget=64,page=64,sink=0,full_layers=0", {600, 600}},
     };
-    for (const Case &c : cases) {
+    ThreadPool pool(3);
+    for (int rep = 0; rep < 2 * static_cast<int>(std::size(cases)); ++rep) {
+        // each case on one thread and with its KV heads choosing over a pool
+        const Case &c = cases[rep / 2];
+        ThreadPool *tp = rep % 2 ? &pool : nullptr;
         auto spec = kv_policy_spec_parse(c.spec);
         ASSERT_TRUE(spec.ok()) << spec.status().message();
         auto pol = kv_policy_make(*spec);
@@ -358,7 +364,7 @@ TEST(QuestSelector, SpansAreTheBestUnitsWithinTheBudgetPlusSinkRecentAndNewest) 
         for (int64_t l = 0; l < n_layer; ++l) {
             std::vector<int64_t> vis(static_cast<size_t>(n_kv));
             for (int64_t g = 0; g < n_kv; ++g) vis[static_cast<size_t>(g)] = lanes.kv->n_rows(0, l, g) + 1;
-            const cpu::RowSpans *sp = sel.select(l, q.data(), *lanes.kv, 0, vis.data());
+            const cpu::RowSpans *sp = sel.select(l, q.data(), *lanes.kv, 0, vis.data(), tp);
             if (l < p.full_layers) {
                 EXPECT_EQ(sp, nullptr) << c.spec;
                 continue;
@@ -399,7 +405,7 @@ TEST(QuestSelector, ASelectionIsReusedForIntervalStepsAndCoversNewRows) {
         // A new query each step; the lane grows by one row each step.
         const std::vector<float> q = test::random_values(rng, 2 * 64);
         const int64_t n = lanes.kv->n_rows(0, 0, 0) + 1;
-        const cpu::RowSpans *sp = sel.select(0, q.data(), *lanes.kv, 0, &n);
+        const cpu::RowSpans *sp = sel.select(0, q.data(), *lanes.kv, 0, &n, nullptr);
         ASSERT_NE(sp, nullptr);
         std::set<int64_t> units = units_of(*sp, 0, p.page, n);
         EXPECT_EQ(sp->end(0, sp->n_spans(0) - 1), n) << "the newest rows are always read";

@@ -458,7 +458,7 @@ void Model::attention(const Batch &b, KvCache &kv, Workspace &ws, ThreadPool &po
             if (AttnRowSelector *sel = b.selectors ? b.selectors[begin] : nullptr) {
                 int64_t *vis = ws.n_past_.data() + r * nkv;  // n_past + 1 for the call, then back
                 for (int64_t g = 0; g < nkv; ++g) ++vis[g];
-                a.spans = sel->select(il, a.q, kv, s, vis);
+                a.spans = sel->select(il, a.q, kv, s, vis, &pool);
                 for (int64_t g = 0; g < nkv; ++g) --vis[g];
             }
             ws.decode_args_[static_cast<size_t>(n_dec++)] = a;

@@ -67,11 +67,13 @@ struct AttnScoreSink {
 // (cpu::AttnArgs::spans). q: the token's queries [n_head, head_dim];
 // n_vis[g]: the rows lane g holds with the token's own (the last one).
 // nullptr means every row. The spans stay valid until the selector's next
-// call. Selectors are called one after another on the forward pass's thread.
+// call. Selectors are called one after another on the forward pass's thread;
+// a call may spread its KV heads over pool (idle then; nullptr: one thread).
 class AttnRowSelector {
 public:
     virtual ~AttnRowSelector() = default;
-    virtual const cpu::RowSpans *select(int64_t layer, const float *q, KvCache &kv, int seq, const int64_t *n_vis) = 0;
+    virtual const cpu::RowSpans *select(int64_t layer, const float *q, KvCache &kv, int seq,
+                                        const int64_t *n_vis, ThreadPool *pool) = 0;
     virtual std::unique_ptr<AttnRowSelector> clone() const = 0;
 };
 

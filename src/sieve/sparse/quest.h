@@ -70,7 +70,8 @@ struct QuestStats {
 class QuestSelector final : public AttnRowSelector {
 public:
     QuestSelector(const QuestParams &p, const KvShape &shape, int64_t n_head);
-    const cpu::RowSpans *select(int64_t layer, const float *q, KvCache &kv, int seq, const int64_t *n_vis) override;
+    const cpu::RowSpans *select(int64_t layer, const float *q, KvCache &kv, int seq, const int64_t *n_vis,
+                                ThreadPool *pool) override;
     std::unique_ptr<AttnRowSelector> clone() const override { return std::make_unique<QuestSelector>(*this); }
     // Forgets every selection (a new prefill of the sequence).
     void reset();
@@ -83,17 +84,23 @@ private:
         int64_t tail_row = -1;       // first row of the newest unit when chosen (-1: none yet)
         int64_t step = 0;            // decode step it was chosen at
     };
+    // A choice's buffers, one set per KV head so the heads choose in parallel.
+    struct Scratch {
+        std::vector<float> logical, unit_score, cand_score;
+        std::vector<int32_t> order, cand_pages;
+        std::vector<char> take;
+        const uint16_t *summary = nullptr;  // the lane's page summaries, brought up to date by select()
+    };
     // Chooses units for lane (layer, g) of n rows and records them in c.
-    void choose(int64_t layer, int64_t g, const float *q, KvCache &kv, int seq, int64_t n, Choice &c);
+    void choose(int64_t layer, int64_t g, const float *q, KvCache &kv, int seq, int64_t n, Choice &c,
+                Scratch &w) const;
 
     QuestParams p_;
     int64_t n_layer_, n_head_kv_, n_head_, d_;
     int64_t step_ = 0;
     std::vector<Choice> choices_;  // [n_layer][n_head_kv]
-    std::vector<float> logical_, unit_score_;
-    std::vector<int32_t> order_, cand_pages_;
-    std::vector<float> cand_score_;
-    std::vector<char> take_;
+    std::vector<Scratch> scratch_;   // [n_head_kv]
+    std::vector<int64_t> todo_;      // KV heads that choose in the current call
     std::vector<int32_t> rows_;      // spans of the current call
     std::vector<int64_t> first_;
     cpu::RowSpans spans_;
