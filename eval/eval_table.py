@@ -20,6 +20,15 @@ reference rows, a row per task, per model and length the accuracy with its
 interval and k/n, RULER's partial-credit score and the reference's wall time
 (perplexity of the scored tail for ppl).
 
+    python3 eval/eval_table.py --pool half1.json half2.json
+
+pools the samples of runs split by seed (the same rows, disjoint seeds: a
+long eval run in parts, `--seed S --samples N --depths ...`) into one cell
+per row, recomputed from the samples as `sieve eval` computes a cell (k/n,
+Wilson interval, mean over samples of KL and agreement, worst KL, perplexity
+over the steps, compression over the rows); the wall time is the parts'
+sum. A seed in two files is an error.
+
     python3 eval/eval_table.py --seeds eval-32k.json
 
 lists, per (task, length) and policy row, the samples (by seed) it loses that
@@ -30,8 +39,11 @@ lead was recorded show "?").
 """
 import argparse
 import json
+import math
 import os
 import sys
+
+from eval_common import wilson
 
 TASK_ORDER = ["passkey", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "code", "ppl"]
 
@@ -101,6 +113,48 @@ def baseline(paths):
         print("| " + " | ".join(row) + " |")
 
 
+def pooled_cells(paths):
+    """Cells recomputed from the samples of several files (disjoint seeds)."""
+    groups, walls = {}, {}  # (task, ctx, policy, kv, reference) -> [samples]; -> wall ms
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        for s in doc["samples"]:
+            key = (s["task"], s["ctx"], s["policy"], s["kv_type"], s["reference"])
+            if any(o["seed"] == s["seed"] for o in groups.get(key, [])):
+                sys.exit(f"{path}: seed {s['seed']} of {s['policy']} ({s['kv_type']}) {s['task']} @{s['ctx']} "
+                         "is in two files (--pool takes runs split by seed)")
+            groups.setdefault(key, []).append(s)
+        for c in doc["cells"]:
+            key = (c["task"], c["ctx"], c["policy"], c["kv_type"], c["reference"])
+            walls[key] = walls.get(key, 0.0) + c["wall_ms"]
+    cells = []
+    for key, ss in groups.items():
+        task, ctx, policy, kv, ref = key
+        scored = [s for s in ss if s["scored"]]
+        k = sum(1 for s in scored if s["correct"])
+        lo, hi = wilson(k, len(scored))
+        stepped = [s for s in ss if s["n_steps"] > 0]
+        n_tok = sum(s["n_steps"] for s in stepped)
+        mean = (lambda f: sum(s[f] for s in stepped) / len(stepped)) if stepped else (lambda f: None)
+        kept = sum(s["rows_dense"] / s["compression"] for s in ss if s["compression"])
+        cells.append({
+            "task": task, "ctx": ctx, "policy": policy, "kv_type": kv, "reference": ref,
+            "n_scored": len(scored), "n_correct": k, "accuracy": k / len(scored) if scored else None,
+            "acc_lo": lo, "acc_hi": hi,
+            "ruler": (sum(s["ruler"] for s in scored) / len(scored)  # files from before it: None
+                      if scored and all("ruler" in s for s in scored) else None),
+            "kl_mean": None if ref else mean("kl_mean"),
+            "kl_max": None if ref or not stepped else max(s["kl_max"] for s in stepped),
+            "agreement": None if ref else mean("agreement"),
+            "ppl_ref": math.exp(sum(s["nll_ref"] * s["n_steps"] for s in stepped) / n_tok) if n_tok else None,
+            "ppl": math.exp(sum(s["nll"] * s["n_steps"] for s in stepped) / n_tok) if n_tok else None,
+            "compression": sum(s["rows_dense"] for s in ss) / kept if kept else 0.0,
+            "wall_ms": walls.get(key, 0.0),
+        })
+    return cells
+
+
 def seeds(paths):
     """Per (task, length) and policy row: samples lost and gained against the reference."""
     for path in paths:
@@ -144,6 +198,8 @@ def main():
                     help="reference rows only, a row per task, columns per model and length")
     ap.add_argument("--seeds", action="store_true",
                     help="per policy row, the samples lost and gained against the reference")
+    ap.add_argument("--pool", action="store_true",
+                    help="one table from runs split by seed: cells recomputed from the samples")
     args = ap.parse_args()
     if args.baseline:
         return baseline(args.files)
@@ -151,10 +207,12 @@ def main():
         return seeds(args.files)
     by_ctx = {}  # ctx -> {(policy, kv): {task: cell}}
     tasks_of = {}
-    for path in args.files:
+    sources = [("the pooled files", pooled_cells(args.files))] if args.pool else []
+    for path in [] if args.pool else args.files:
         with open(path) as f:
-            doc = json.load(f)
-        for c in doc["cells"]:
+            sources.append((path, json.load(f)["cells"]))
+    for path, path_cells in sources:
+        for c in path_cells:
             row = (c["policy"], c["kv_type"])
             cells = by_ctx.setdefault(c["ctx"], {}).setdefault(row, {})
             if c["task"] in cells:

@@ -40,6 +40,15 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(cli.eval.dump_kept PROPERTIES LABELS cli)
 endif()
 
+# A run split by seed (--seed, --samples, --depths) gives the whole run's
+# samples, and eval/eval_table.py --pool of the parts the whole run's table.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME cli.eval.split_and_pool
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/eval_table_pool.py $<TARGET_FILE:sieve> ${eval_stories}
+                   ${CMAKE_SOURCE_DIR}/eval/eval_table.py)
+  set_tests_properties(cli.eval.split_and_pool PROPERTIES LABELS cli)
+endif()
+
 # Bad command lines: exit 2 before (or, for lengths, right after) the model loads.
 sieve_eval_test(help 0 "usage: sieve eval" "" --help)
 sieve_eval_test(bad_task 2 "" "--task: unknown task 'bogus'; expected one of passkey, niah_multikey" ${eval_small} --task bogus)

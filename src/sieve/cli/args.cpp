@@ -24,13 +24,26 @@ Result<int64_t> parse_int(const std::string &flag, const std::string &text, int6
     return static_cast<int64_t>(v);
 }
 
-Result<float> parse_float(const std::string &flag, const std::string &text) {
+namespace {
+
+template <class T>
+Result<T> parse_real(const std::string &flag, const std::string &text, T (*conv)(const char *, char **)) {
     errno = 0;
     char *end = nullptr;
-    const float v = std::strtof(text.c_str(), &end);
+    const T v = conv(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
         return Status::errorf("%s: expected a number, got '%s'", flag.c_str(), text.c_str());
     return v;
+}
+
+}  // namespace
+
+Result<double> parse_double(const std::string &flag, const std::string &text) {
+    return parse_real<double>(flag, text, std::strtod);
+}
+
+Result<float> parse_float(const std::string &flag, const std::string &text) {
+    return parse_real<float>(flag, text, std::strtof);
 }
 
 bool ArgCursor::next(std::string *flag) {

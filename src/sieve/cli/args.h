@@ -27,6 +27,9 @@ constexpr int k_exit_error = 1;
 
 // Whole-string parses; the error names `flag`, the expected form and the text given.
 Result<int64_t> parse_int(const std::string &flag, const std::string &text, int64_t min, int64_t max);
+// A finite number. parse_double keeps what a double holds (eval's depths: a
+// run split by seed must put its samples where the whole run does).
+Result<double> parse_double(const std::string &flag, const std::string &text);
 Result<float> parse_float(const std::string &flag, const std::string &text);
 
 // Walks argv[1 ..]. For each flag, next() yields it; a flag taking a value

@@ -97,7 +97,7 @@ void eval_usage(FILE *out) {
 
 Status parse_fraction_list(const std::string &flag, const std::string &text, std::vector<double> *out) {
     for (const std::string &part : split_commas(text)) {
-        Result<float> v = parse_float(flag, part);
+        Result<double> v = parse_double(flag, part);
         if (!v.ok()) return v.status();
         if (*v < 0 || *v > 1)
             return Status::errorf("%s: expected fractions in [0, 1], got '%s'", flag.c_str(), part.c_str());
